@@ -1,0 +1,71 @@
+"""The ``provisioner`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from provisioner import __version__
+from provisioner.commands import COMMANDS
+from provisioner.errors import ProvisionerError
+from provisioner.exitcodes import Exit
+
+_HELP = {
+    "verify": "prove node by node that GPUDirect Storage takes the direct path",
+    "status": "latest compliance state of every node in the ledger",
+    "history": "compliance history of one node",
+    "plan": "print the rollout waves and what would change; changes nothing",
+    "rollout": "provision the fleet in gated waves (canary first), resumable",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="provisioner",
+        description="Roll out and verify GPUDirect Storage across bare-metal GPU fleets.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        p = sub.add_parser(name, help=_HELP.get(name, ""), description=_HELP.get(name, ""))
+        p.set_defaults(_module=module)
+        try:
+            mod = importlib.import_module(f"provisioner.commands.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"provisioner.commands.{module}":
+                raise
+            p.set_defaults(_missing=True)
+            continue
+        mod.add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return int(Exit.USAGE)
+    if getattr(args, "_missing", False):
+        print(f"provisioner: '{args.command}' is not available in this build", file=sys.stderr)
+        return int(Exit.USAGE)
+    mod = importlib.import_module(f"provisioner.commands.{args._module}")
+    try:
+        return int(mod.run(args))
+    except ProvisionerError as exc:
+        print(f"provisioner {args.command}: error: {exc}", file=sys.stderr)
+        code = getattr(exc, "exit_code", 1)
+        return int(code)
+    except KeyboardInterrupt:
+        print(
+            f"provisioner {args.command}: interrupted; the ledger holds where it stopped, "
+            f"run the same command again to resume",
+            file=sys.stderr,
+        )
+        return int(Exit.INTERRUPTED)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

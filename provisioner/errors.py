@@ -1,0 +1,62 @@
+"""One exception tree for the orchestrator.
+
+Every error an operator can see derives from :class:`ProvisionerError` and carries a message
+that says what to do. Low-level errors (paramiko, socket, sqlite, ansible) are turned into one
+of these at the boundary where they happen.
+"""
+
+from __future__ import annotations
+
+
+class ProvisionerError(Exception):
+    """Base class: an error with an operator-facing message."""
+
+    exit_code = 1
+
+
+class UsageError(ProvisionerError):
+    """Bad command-line input, inventory, variables or configuration."""
+
+    exit_code = 64
+
+
+class InventoryError(UsageError):
+    """The inventory cannot be read, or holds values that are refused."""
+
+
+class ConnectError(ProvisionerError):
+    """A node could not be reached or authenticated."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class HostKeyError(ConnectError):
+    """Unknown or changed host key; never retried."""
+
+
+class CommandTimeout(ConnectError):
+    """A remote command ran past its deadline."""
+
+
+class CheckError(ProvisionerError):
+    """A check could not be evaluated (bad captured output, unknown format)."""
+
+
+class LedgerError(ProvisionerError):
+    """The compliance ledger cannot be opened or written."""
+
+
+class LockHeld(ProvisionerError):
+    """Another rollout holds the fleet lock."""
+
+    exit_code = 75
+
+
+class RolloutAborted(ProvisionerError):
+    """A rollout stopped on a gate or a failure budget."""
+
+    exit_code = 3

@@ -1,0 +1,270 @@
+"""Read the same Ansible inventory the playbooks use.
+
+The orchestrator never parses inventory files itself: it asks ansible-core's inventory manager
+and vars plugins (``group_vars/``, ``host_vars/``), so host patterns for ``--limit`` and
+templated variables mean exactly what they mean to ``ansible-playbook``. Every host name and
+connection variable is validated before anything runs: values that would reach a shell or an
+SSH command line with metacharacters in them are refused with a message that names the host,
+the variable and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import InventoryError
+
+# Host names: what DNS and Ansible accept, plus ':' and '[]' are not allowed (ranges are
+# expanded by Ansible before we see them).
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}$")
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.:\-%\[\]]{1,255}$")
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}\$?$")
+_SHELL_META = set(";&|`$<>(){}\n\r\\\"'*?!#~")
+
+# Connection variables the orchestrator reads (Ansible's names, with their aliases).
+_CONN_VARS = (
+    "ansible_host",
+    "ansible_ssh_host",
+    "ansible_port",
+    "ansible_ssh_port",
+    "ansible_user",
+    "ansible_ssh_user",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_connection",
+    "ansible_become",
+    "ansible_python_interpreter",
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One inventory host, with the connection settings the orchestrator needs."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    ssh_options: tuple[tuple[str, str], ...] = ()
+    connection: str = "ssh"
+    groups: tuple[str, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def ssh_option(self, name: str) -> str | None:
+        """Value of an ``-o Name=value`` option from ``ansible_ssh_common_args``/extra args."""
+        for key, value in self.ssh_options:
+            if key.lower() == name.lower():
+                return value
+        return None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A loaded inventory: the source, and the selected nodes in inventory order."""
+
+    source: str
+    nodes: tuple[Node, ...]
+
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+def _check_value(host: str, var: str, value: str, pattern: re.Pattern[str], what: str) -> None:
+    if not pattern.match(value):
+        bad = sorted({c for c in value if c in _SHELL_META or c.isspace()})
+        detail = f" (characters {''.join(bad)!r} are not allowed)" if bad else ""
+        raise InventoryError(
+            f"inventory host {host!r}: {var}={value!r} is not a valid {what}{detail}; "
+            f"fix the value in the inventory (hosts file, host_vars/ or group_vars/)"
+        )
+
+
+def parse_ssh_args(host: str, var: str, args: str) -> list[tuple[str, str]]:
+    """Parse ``-o Key=Value`` / ``-J jump`` options out of ansible_ssh_*_args.
+
+    Only options are accepted; anything else (a command, a redirection) is refused, because the
+    same string reaches OpenSSH through Ansible.
+    """
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise InventoryError(f"inventory host {host!r}: {var} cannot be parsed: {exc}") from exc
+    options: list[tuple[str, str]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in ("-o", "-J") and i + 1 < len(words):
+            value = words[i + 1]
+            i += 2
+        elif word.startswith("-o") and len(word) > 2:
+            value, word = word[2:], "-o"
+            i += 1
+        else:
+            raise InventoryError(
+                f"inventory host {host!r}: {var} holds {word!r}; only '-o Option=value' and "
+                f"'-J jumphost' are accepted there"
+            )
+        if any(c in value for c in ";&|`$<>\n\r"):
+            raise InventoryError(
+                f"inventory host {host!r}: {var} option {value!r} holds shell metacharacters; "
+                f"remove them"
+            )
+        if word == "-J":
+            options.append(("ProxyJump", value))
+            continue
+        key, sep, val = value.partition("=")
+        if not sep:
+            key, _, val = value.partition(" ")
+        options.append((key.strip(), val.strip()))
+    return options
+
+
+def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any]) -> Node:
+    _check_value(name, "inventory_hostname", name, _HOSTNAME_RE, "host name")
+    address = str(hostvars.get("ansible_host") or hostvars.get("ansible_ssh_host") or name)
+    _check_value(name, "ansible_host", address, _ADDRESS_RE, "host address")
+    port_raw = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port") or 22
+    try:
+        port = int(port_raw)
+    except (TypeError, ValueError):
+        port = -1
+    if not 0 < port < 65536:
+        raise InventoryError(
+            f"inventory host {name!r}: ansible_port={port_raw!r} is not a TCP port (1-65535)"
+        )
+    user = hostvars.get("ansible_user") or hostvars.get("ansible_ssh_user")
+    if user is not None:
+        user = str(user)
+        _check_value(name, "ansible_user", user, _USER_RE, "user name")
+    key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get(
+        "ansible_private_key_file"
+    )
+    if key is not None:
+        key = os.path.expanduser(str(key))
+        if any(c in key for c in ";&|`$<>\n\r"):
+            raise InventoryError(
+                f"inventory host {name!r}: ansible_ssh_private_key_file={key!r} holds shell "
+                f"metacharacters; use a plain path"
+            )
+    options: list[tuple[str, str]] = []
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if hostvars.get(var):
+            options.extend(parse_ssh_args(name, var, str(hostvars[var])))
+    for var, value in hostvars.items():
+        if isinstance(value, str) and var.startswith(("gds_", "cuda_", "mofed_", "nvme_")):
+            if any(c in value for c in "`\n\r") or "$(" in value:
+                raise InventoryError(
+                    f"inventory host {name!r}: {var}={value!r} holds shell command "
+                    f"substitution or a newline; these variables reach the node's shell"
+                )
+    return Node(
+        name=name,
+        address=address,
+        port=port,
+        user=user,
+        key_file=key,
+        ssh_options=tuple(options),
+        connection=str(hostvars.get("ansible_connection") or "ssh"),
+        groups=tuple(sorted(groups)),
+        vars=dict(hostvars),
+    )
+
+
+def load_inventory(
+    source: str | os.PathLike[str], limit: str | None = None, *, with_vars: bool = True
+) -> Inventory:
+    """Load an Ansible inventory (file or directory) and select hosts by ``limit``.
+
+    Raises :class:`InventoryError` for a missing or malformed inventory, a limit that matches
+    no host, and any host whose name or connection variables are refused.
+    """
+    path = Path(source)
+    if not path.exists():
+        raise InventoryError(
+            f"inventory {str(source)!r} does not exist; pass -i with an inventory file or "
+            f"directory (for the simulated lab: inventories/lab)"
+        )
+    # Imported late: ansible-core is heavy and not needed by every command.
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    try:
+        manager = InventoryManager(loader=loader, sources=[str(path)], parse=False)
+        _parse_strict(manager, str(path))
+    except AnsibleError as exc:
+        raise InventoryError(f"inventory {str(source)!r} cannot be parsed: {exc}") from exc
+
+    all_hosts = manager.get_hosts("all")
+    if not all_hosts:
+        raise InventoryError(f"inventory {str(source)!r} holds no hosts")
+    if limit:
+        try:
+            manager.subset(limit)
+            selected = manager.get_hosts("all")
+        except AnsibleError as exc:
+            raise InventoryError(f"--limit {limit!r}: {exc}") from exc
+        if not selected:
+            raise InventoryError(
+                f"--limit {limit!r} matches no host of inventory {str(source)!r}; "
+                f"hosts look like: {', '.join(h.name for h in all_hosts[:5])}"
+            )
+    else:
+        selected = all_hosts
+
+    nodes: list[Node] = []
+    if with_vars:
+        variables = VariableManager(loader=loader, inventory=manager)
+        from ansible.template import Templar
+
+        for host in selected:
+            hv = variables.get_vars(host=host, include_hostvars=False)
+            templar = Templar(loader=loader, variables=hv)
+            wanted = {k: hv[k] for k in hv if k in _CONN_VARS or k.startswith(
+                ("gds_", "cuda_", "mofed_", "nvme_", "nvidia_fs_", "cufile_", "preflight_",
+                 "gdsfleet_"))}
+            try:
+                rendered = templar.template(wanted)
+            except AnsibleError as exc:
+                raise InventoryError(
+                    f"inventory host {host.name!r}: variables cannot be templated: {exc}"
+                ) from exc
+            groups = [g.name for g in host.get_groups() if g.name not in ("all", "ungrouped")]
+            nodes.append(_node_from_vars(host.name, groups, rendered))
+    else:
+        for host in selected:
+            groups = [g.name for g in host.get_groups() if g.name not in ("all", "ungrouped")]
+            nodes.append(_node_from_vars(host.name, groups, dict(host.vars)))
+    return Inventory(source=str(path), nodes=tuple(nodes))
+
+
+def _parse_strict(manager: Any, source: str) -> None:
+    """Parse sources and fail on a source no inventory plugin could read.
+
+    Ansible only warns when it cannot parse a source and then carries on with an empty
+    inventory, which later looks like 'no hosts matched'. The orchestrator refuses instead.
+    """
+    from ansible import constants as C
+
+    old_unparsed, old_any = C.INVENTORY_UNPARSED_IS_FAILED, C.INVENTORY_ANY_UNPARSED_IS_FAILED
+    C.INVENTORY_UNPARSED_IS_FAILED = True
+    C.INVENTORY_ANY_UNPARSED_IS_FAILED = True
+    try:
+        manager.parse_sources(cache=False)
+    finally:
+        C.INVENTORY_UNPARSED_IS_FAILED = old_unparsed
+        C.INVENTORY_ANY_UNPARSED_IS_FAILED = old_any

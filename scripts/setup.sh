@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the project and its tests need on a fresh Debian 12 machine (run as root):
+# system packages, the pinned virtual environment in .venv, the simulated node image and the
+# stand-in package repository. Safe to run again: every step skips work already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+apt_pkgs=(podman runc debootstrap openssh-client openssh-server xfsprogs e2fsprogs dpkg-dev
+          apt-utils gnupg sqlite3 python3-venv uidmap postgresql)
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== apt: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=.venv/.requirements.sha256
+want=$(cat requirements/ci.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "== python: creating .venv from requirements/ci.txt"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -r requirements/ci.txt
+  .venv/bin/pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+
+export CONTAINERS_CONF="$root/tests/harness/containers.conf"
+echo "== node image"
+bash tests/harness/build_node_image.sh
+if [ -x tests/harness/standin_repo/build.sh ]; then
+  echo "== stand-in package repository"
+  bash tests/harness/standin_repo/build.sh
+fi

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the simulated GDS node image (Debian 12) with debootstrap and imports it into podman.
+# TEST HARNESS ONLY: the image stands in for a bare-metal GPU node. It carries the stand-in
+# "hardware" tools from tests/harness/node/ (simulated GPU driver, nvidia-fs /proc and /sys
+# entries, kallsyms); the roles under test never know about them.
+# Skips the build when the image already exists and its recipe hash matches.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+IMAGE=${GDSFLEET_NODE_IMAGE:-localhost/gdsfleet-node:bookworm}
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/containers.conf}
+
+# The recipe hash: this script plus everything copied into the image.
+recipe=$( (cat "$0"; find "$here/node" -type f -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
+if podman image exists "$IMAGE" && [ "$(podman image inspect --format '{{ index .Config.Labels "gdsfleet.recipe" }}' "$IMAGE" 2>/dev/null)" = "$recipe" ]; then
+  echo "node image $IMAGE is current (recipe $recipe)"
+  exit 0
+fi
+
+# The Debian mirror this machine already uses; never hard-code a mirror host.
+mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+if [ -z "$mirror" ]; then
+  mirror=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+fi
+[ -n "$mirror" ] || { echo "cannot find a Debian mirror in /etc/apt/sources.list(.d)" >&2; exit 1; }
+
+work=$(mktemp -d /var/tmp/gdsfleet-rootfs.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+rootfs=$work/rootfs
+echo "debootstrap bookworm from $mirror into $rootfs"
+debootstrap --variant=minbase \
+  --include=python3,python3-apt,openssh-server,kmod,xfsprogs,e2fsprogs,util-linux,gnupg,ca-certificates,mdadm,procps,iproute2,sudo,udev \
+  bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
+
+# Stand-in hardware layer (see tests/harness/node/README.md).
+cp -a "$here/node/." "$rootfs/"
+chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_*; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*'
+
+tar -C "$rootfs" -c . | podman import \
+  --change "LABEL gdsfleet.recipe=$recipe" \
+  --change 'CMD ["/usr/local/sbin/gdsfleet-sim-init"]' - "$IMAGE" >/dev/null
+echo "built $IMAGE (recipe $recipe)"

@@ -1,0 +1,729 @@
+"""The compliance ledger: every verification and every rollout step, append-only.
+
+One code path for SQLite (the default: a file, WAL journal, ``busy_timeout``, writes under
+``BEGIN IMMEDIATE``) and PostgreSQL (by URL, ``postgresql+psycopg://...``, when several
+controllers share one ledger), through SQLAlchemy Core.
+
+Tables
+  ``runs``            one row per ``verify`` or ``rollout`` run (``finished_at`` NULL while it runs)
+  ``verifications``   append-only: one row per node per verification, the parsed report
+                      (``report_json``) beside the raw command outputs (``raw_json``)
+  ``check_results``   the report's checks, one row each, for queries
+  ``node_steps``      where each node of a run stands now (one row per run and node)
+  ``step_events``     append-only: every step change, for the audit trail
+
+``verifications`` and ``step_events`` refuse UPDATE and DELETE (triggers), so history cannot be
+rewritten through the ledger's own database either.
+
+The latest state per node and drift are views over that history: drift is a node whose latest
+record differs from its last compliant one (compliance lost, route changed, or a different set
+of failing/warning checks).
+
+Threads: a connection is never shared between threads. Each call checks a connection out of
+the pool for one transaction, so the parallel verify workers write their results concurrently;
+SQLite serialises them with ``BEGIN IMMEDIATE`` and waits up to ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Engine,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from provisioner.errors import LedgerError
+
+SCHEMA_VERSION = 1
+ENV_LEDGER = "GDSFLEET_LEDGER"
+BUSY_TIMEOUT_MS = 30_000
+
+# Rollout steps (contract); verify runs use "verified".
+STEPS = (
+    "pending",
+    "provisioning",
+    "rebooting",
+    "reboot_pending",
+    "verifying",
+    "compliant",
+    "failed",
+    "skipped",
+)
+
+metadata = MetaData()
+
+ledger_meta = Table(
+    "ledger_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("fleet", Text, nullable=False),
+    Column("started_at", String(32), nullable=False),
+    Column("finished_at", String(32)),
+    Column("status", String(32), nullable=False),
+    Column("args_json", Text, nullable=False, default="{}"),
+    Index("ix_runs_kind_fleet", "kind", "fleet", "started_at"),
+)
+
+verifications = Table(
+    "verifications",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("node", String(255), nullable=False),
+    Column("at", String(32), nullable=False),
+    Column("reachable", Boolean, nullable=False),
+    Column("compliant", Boolean, nullable=False),
+    Column("route", String(32)),
+    Column("path_taken", String(32)),
+    Column("report_json", Text, nullable=False),
+    Column("raw_json", Text, nullable=False),
+    Index("ix_verifications_node_id", "node", "id"),
+    Index("ix_verifications_run", "run_id"),
+)
+
+check_results = Table(
+    "check_results",
+    metadata,
+    Column("verification_id", Integer, ForeignKey("verifications.id"), nullable=False),
+    Column("check_id", String(128), nullable=False),
+    Column("status", String(8), nullable=False),
+    Column("expected", Text),
+    Column("observed", Text),
+    Column("message", Text),
+    Index("ix_check_results_verification", "verification_id"),
+)
+
+node_steps = Table(
+    "node_steps",
+    metadata,
+    Column("run_id", String(40), ForeignKey("runs.id"), primary_key=True),
+    Column("node", String(255), primary_key=True),
+    Column("wave", Integer),
+    Column("step", String(32), nullable=False),
+    Column("updated_at", String(32), nullable=False),
+    Column("detail_json", Text, nullable=False, default="{}"),
+)
+
+step_events = Table(
+    "step_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("node", String(255), nullable=False),
+    Column("wave", Integer),
+    Column("step", String(32), nullable=False),
+    Column("at", String(32), nullable=False),
+    Column("detail_json", Text, nullable=False, default="{}"),
+    Index("ix_step_events_run_node", "run_id", "node"),
+)
+
+_APPEND_ONLY = ("verifications", "check_results", "step_events")
+
+
+def utcnow() -> str:
+    """Timestamps are UTC ISO-8601 strings of fixed width: they sort as text on any backend."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_run_id() -> str:
+    """Time-ordered, unique run id, e.g. ``20261122T050233Z-3f9a1c``."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(3)
+
+
+def fleet_id(inventory: str | os.PathLike[str]) -> str:
+    """The name a fleet has in the ledger: its inventory's absolute path.
+
+    ``verify`` and ``rollout`` both use this, so ``last_unfinished_run(kind, fleet)`` finds the
+    run of the same fleet whichever relative path the operator typed.
+    """
+    return str(Path(inventory).expanduser().resolve())
+
+
+def default_ledger(inventory: str | os.PathLike[str] | None = None) -> str:
+    """Where the ledger lives when neither ``--ledger`` nor ``GDSFLEET_LEDGER`` says.
+
+    The simulated lab (an inventory at ``<repo>/inventories/lab``) keeps its ledger in
+    ``<repo>/.lab/ledger.sqlite``; anything else in ``~/.local/state/gdsfleet/ledger.sqlite``
+    (``$XDG_STATE_HOME`` honoured).
+    """
+    if inventory is not None:
+        p = Path(inventory).expanduser().resolve()
+        for cand in (p, *p.parents):
+            if cand.name == "lab" and cand.parent.name == "inventories":
+                return str(cand.parent.parent / ".lab" / "ledger.sqlite")
+            if cand.name == "inventories":
+                break
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return str(Path(state) / "gdsfleet" / "ledger.sqlite")
+
+
+def resolve_ledger(
+    explicit: str | None, inventory: str | os.PathLike[str] | None = None
+) -> str:
+    """``--ledger`` first, then ``$GDSFLEET_LEDGER``, then :func:`default_ledger`."""
+    return explicit or os.environ.get(ENV_LEDGER) or default_ledger(inventory)
+
+
+def display_url(url_or_path: str) -> str:
+    """The ledger location with any password hidden (for messages and logs)."""
+    if "://" not in url_or_path:
+        return url_or_path
+    try:
+        return make_url(url_or_path).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable ledger URL>"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _loads(value: str | None) -> Any:
+    return json.loads(value) if value else None
+
+
+class Ledger:
+    """The compliance ledger. Open with :meth:`Ledger.open`; thread-safe."""
+
+    def __init__(self, engine: Engine, location: str) -> None:
+        self.engine = engine
+        self.location = location
+        self._writer = engine.execution_options(gdsfleet_write=True)
+        self._sqlite = engine.dialect.name == "sqlite"
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, url_or_path: str | os.PathLike[str]) -> Ledger:
+        """Open (and create or upgrade) the ledger at a path (SQLite) or a SQLAlchemy URL."""
+        target = str(url_or_path)
+        shown = display_url(target)
+        try:
+            if "://" in target:
+                url = make_url(target)
+            else:
+                path = Path(target).expanduser()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                url = make_url(f"sqlite:///{path.resolve()}")
+            if url.get_backend_name() == "sqlite":
+                engine = create_engine(
+                    url,
+                    connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+                    pool_size=8,
+                    max_overflow=56,
+                )
+                _sqlite_events(engine)
+            else:
+                engine = create_engine(url, pool_size=8, max_overflow=56, pool_pre_ping=True)
+            ledger = cls(engine, shown)
+            ledger._create()
+        except (SQLAlchemyError, OSError, ArgumentError, ModuleNotFoundError) as exc:
+            raise LedgerError(
+                f"cannot open the ledger {shown}: {_short(exc)}; pass --ledger PATH|URL or set "
+                f"{ENV_LEDGER}"
+            ) from exc
+        return ledger
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _create(self) -> None:
+        with self._write() as conn:
+            metadata.create_all(conn)
+            row = conn.execute(
+                select(ledger_meta.c.value).where(ledger_meta.c.key == "schema_version")
+            ).first()
+            if row is None:
+                conn.execute(
+                    insert(ledger_meta).values(key="schema_version", value=str(SCHEMA_VERSION))
+                )
+                self._append_only_triggers(conn)
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"the ledger {self.location} has schema version {row[0]}, newer than this "
+                    f"provisioner understands ({SCHEMA_VERSION}); upgrade the provisioner"
+                )
+
+    def _append_only_triggers(self, conn: Connection) -> None:
+        if self._sqlite:
+            for table in _APPEND_ONLY:
+                for op in ("UPDATE", "DELETE"):
+                    conn.exec_driver_sql(
+                        f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON "
+                        f"{table} BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"
+                    )
+        elif self.engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(
+                "CREATE OR REPLACE FUNCTION gdsfleet_append_only() RETURNS trigger AS $$ "
+                "BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$ "
+                "LANGUAGE plpgsql"
+            )
+            for table in _APPEND_ONLY:
+                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
+                conn.exec_driver_sql(
+                    f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
+                    f"FOR EACH ROW EXECUTE FUNCTION gdsfleet_append_only()"
+                )
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+        try:
+            with self._writer.begin() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"ledger {self.location}: write failed: {_short(exc)}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"ledger {self.location}: read failed: {_short(exc)}") from exc
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, kind: str, fleet: str, args: Mapping[str, Any] | None = None) -> str:
+        if kind not in ("verify", "rollout"):
+            raise LedgerError(f"unknown run kind {kind!r} (verify or rollout)")
+        run_id = new_run_id()
+        with self._write() as conn:
+            conn.execute(
+                insert(runs).values(
+                    id=run_id,
+                    kind=kind,
+                    fleet=fleet,
+                    started_at=utcnow(),
+                    status="running",
+                    args_json=_dumps(dict(args or {})),
+                )
+            )
+        return run_id
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self._write() as conn:
+            res = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .values(finished_at=utcnow(), status=status)
+            )
+            if res.rowcount == 0:
+                raise LedgerError(f"ledger {self.location}: no run {run_id!r}")
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self._read() as conn:
+            row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+        return _run_dict(dict(row)) if row else None
+
+    def runs(self, *, kind: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        q = select(runs).order_by(runs.c.started_at.desc(), runs.c.id.desc()).limit(limit)
+        if kind:
+            q = q.where(runs.c.kind == kind)
+        with self._read() as conn:
+            return [_run_dict(dict(r)) for r in conn.execute(q).mappings()]
+
+    def last_unfinished_run(self, kind: str, fleet: str) -> str | None:
+        q = (
+            select(runs.c.id)
+            .where(runs.c.kind == kind, runs.c.fleet == fleet, runs.c.finished_at.is_(None))
+            .order_by(runs.c.started_at.desc(), runs.c.id.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            row = conn.execute(q).first()
+        return str(row[0]) if row else None
+
+    # ------------------------------------------------------------------ records
+    def record_verification(
+        self,
+        run_id: str,
+        report: Mapping[str, Any],
+        *,
+        step: str | None = None,
+        wave: int | None = None,
+        raw: Mapping[str, str] | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append one node's verification (``NodeReport.to_dict()``), its checks and, when
+        ``step`` is given, the node's step: all in ONE transaction.
+
+        Raw outputs come from ``raw`` or the report's ``"raw"`` key; they are stored in
+        ``raw_json`` beside (not inside) the parsed report.
+        """
+        doc = dict(report)
+        raw_out = dict(raw) if raw is not None else dict(doc.pop("raw", None) or {})
+        doc.pop("raw", None)
+        name = str(doc.get("name") or "")
+        if not name:
+            raise LedgerError("a verification report without a node name cannot be recorded")
+        io = doc.get("io_test") or {}
+        now = utcnow()
+        with self._write() as conn:
+            vid = conn.execute(
+                insert(verifications)
+                .values(
+                    run_id=run_id,
+                    node=name,
+                    at=now,
+                    reachable=bool(doc.get("reachable")),
+                    compliant=bool(doc.get("compliant")),
+                    route=doc.get("route"),
+                    path_taken=io.get("path_taken") if isinstance(io, Mapping) else None,
+                    report_json=_dumps(doc),
+                    raw_json=_dumps(raw_out),
+                )
+                .returning(verifications.c.id)
+            ).scalar_one()
+            rows = [
+                {
+                    "verification_id": vid,
+                    "check_id": str(c.get("id")),
+                    "status": str(c.get("status")),
+                    "expected": _text(c.get("expected")),
+                    "observed": _text(c.get("observed")),
+                    "message": _text(c.get("message")),
+                }
+                for c in doc.get("checks") or []
+            ]
+            if rows:
+                conn.execute(insert(check_results), rows)
+            if step is not None:
+                self._set_step(conn, run_id, name, step, wave, detail, now)
+        return int(vid)
+
+    def set_step(
+        self,
+        run_id: str,
+        node: str,
+        step: str,
+        *,
+        wave: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        with self._write() as conn:
+            self._set_step(conn, run_id, node, step, wave, detail, utcnow())
+
+    def _set_step(
+        self,
+        conn: Connection,
+        run_id: str,
+        node: str,
+        step: str,
+        wave: int | None,
+        detail: Mapping[str, Any] | None,
+        now: str,
+    ) -> None:
+        if step not in STEPS and step != "verified":
+            raise LedgerError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
+        values = {
+            "run_id": run_id,
+            "node": node,
+            "wave": wave,
+            "step": step,
+            "updated_at": now,
+            "detail_json": _dumps(dict(detail or {})),
+        }
+        stmt: Any
+        if self._sqlite:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
+        stmt = dialect_insert(node_steps).values(**values)
+        changes = {"step": step, "updated_at": now, "detail_json": values["detail_json"]}
+        if wave is not None:
+            changes["wave"] = wave
+        stmt = stmt.on_conflict_do_update(index_elements=["run_id", "node"], set_=changes)
+        conn.execute(stmt)
+        event_row = {k: v for k, v in values.items() if k != "updated_at"}
+        conn.execute(insert(step_events).values(**event_row, at=now))
+
+    def node_steps(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """``{node: {"step", "wave", "updated_at", "detail"}}`` for one run."""
+        with self._read() as conn:
+            rows = conn.execute(
+                select(node_steps).where(node_steps.c.run_id == run_id)
+            ).mappings()
+            return {
+                r["node"]: {
+                    "step": r["step"],
+                    "wave": r["wave"],
+                    "updated_at": r["updated_at"],
+                    "detail": _loads(r["detail_json"]) or {},
+                }
+                for r in rows
+            }
+
+    def step_events(self, run_id: str, node: str | None = None) -> list[dict[str, Any]]:
+        q = select(step_events).where(step_events.c.run_id == run_id).order_by(step_events.c.id)
+        if node:
+            q = q.where(step_events.c.node == node)
+        with self._read() as conn:
+            return [
+                {
+                    "node": r["node"],
+                    "wave": r["wave"],
+                    "step": r["step"],
+                    "at": r["at"],
+                    "detail": _loads(r["detail_json"]) or {},
+                }
+                for r in conn.execute(q).mappings()
+            ]
+
+    # ------------------------------------------------------------------ views
+    def latest(self) -> list[dict[str, Any]]:
+        """The latest verification of every node (sorted by node), each with ``drift``."""
+        last = (
+            select(verifications.c.node, func.max(verifications.c.id).label("vid"))
+            .group_by(verifications.c.node)
+            .subquery()
+        )
+        q = (
+            select(verifications)
+            .join(last, verifications.c.id == last.c.vid)
+            .order_by(verifications.c.node)
+        )
+        with self._read() as conn:
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+            return self._with_drift(conn, rows)
+
+    def latest_for(self, node: str) -> dict[str, Any] | None:
+        q = (
+            select(verifications)
+            .where(verifications.c.node == node)
+            .order_by(verifications.c.id.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+            out = self._with_drift(conn, rows)
+        return out[0] if out else None
+
+    def history(self, node: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The node's verifications, newest first (at most ``limit``)."""
+        q = (
+            select(verifications)
+            .where(verifications.c.node == node)
+            .order_by(verifications.c.id.desc())
+            .limit(limit)
+        )
+        with self._read() as conn:
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+            checks = self._checks(conn, [r["id"] for r in rows])
+        return [_verification_dict(r, checks.get(r["id"], [])) for r in rows]
+
+    def raw_for(self, verification_id: int) -> dict[str, str]:
+        with self._read() as conn:
+            row = conn.execute(
+                select(verifications.c.raw_json).where(verifications.c.id == verification_id)
+            ).first()
+        if row is None:
+            raise LedgerError(f"ledger {self.location}: no verification {verification_id}")
+        return dict(_loads(row[0]) or {})
+
+    def drift(self) -> list[dict[str, Any]]:
+        """Nodes whose latest record differs from their last compliant one."""
+        return [r for r in self.latest() if r["drift"]]
+
+    def _checks(self, conn: Connection, ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+        out: dict[int, list[dict[str, Any]]] = {}
+        if not ids:
+            return out
+        for chunk in range(0, len(ids), 500):
+            q = select(check_results).where(
+                check_results.c.verification_id.in_(ids[chunk : chunk + 500])
+            )
+            for r in conn.execute(q).mappings():
+                out.setdefault(r["verification_id"], []).append(
+                    {
+                        "id": r["check_id"],
+                        "status": r["status"],
+                        "expected": r["expected"],
+                        "observed": r["observed"],
+                        "message": r["message"],
+                    }
+                )
+        return out
+
+    def _with_drift(self, conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Attach the baseline (last compliant record before the latest) and the drift."""
+        if not rows:
+            return []
+        prev = verifications.alias("prev")
+        base_ids: dict[str, int] = {}
+        nodes = [r["node"] for r in rows]
+        for chunk in range(0, len(nodes), 500):
+            part = nodes[chunk : chunk + 500]
+            latest_ids = {r["node"]: r["id"] for r in rows[chunk : chunk + 500]}
+            q = (
+                select(prev.c.node, func.max(prev.c.id))
+                .where(prev.c.node.in_(part), prev.c.compliant.is_(True))
+                .group_by(prev.c.node)
+            )
+            # The baseline must be older than the latest record: a per-node bound.
+            q = q.where(
+                prev.c.id
+                < select(func.max(verifications.c.id))
+                .where(verifications.c.node == prev.c.node)
+                .scalar_subquery()
+            )
+            for node, vid in conn.execute(q):
+                if vid is not None and vid < latest_ids[node]:
+                    base_ids[node] = int(vid)
+        base_rows = {}
+        if base_ids:
+            q2 = select(verifications).where(verifications.c.id.in_(list(base_ids.values())))
+            base_rows = {r["node"]: dict(r) for r in conn.execute(q2).mappings()}
+        checks = self._checks(conn, [r["id"] for r in rows] + list(base_ids.values()))
+        out = []
+        for r in rows:
+            cur = _verification_dict(r, checks.get(r["id"], []))
+            base = base_rows.get(r["node"])
+            baseline = _verification_dict(base, checks.get(base["id"], [])) if base else None
+            cur["baseline"] = (
+                {k: baseline[k] for k in ("id", "run_id", "at", "route", "failing")}
+                if baseline
+                else None
+            )
+            cur["drift"] = _drift(cur, baseline)
+            out.append(cur)
+        return out
+
+
+def _drift(cur: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    """Why ``cur`` differs from the last compliant record ``base`` (empty: no drift)."""
+    if base is None:
+        return []
+    reasons: list[str] = []
+    if not cur["reachable"]:
+        reasons.append(f"unreachable (compliant at {base['at']})")
+        return reasons
+    if not cur["compliant"]:
+        reasons.append(f"compliance lost (compliant at {base['at']})")
+    if (cur["route"] or None) != (base["route"] or None):
+        reasons.append(f"route changed: {base['route']} -> {cur['route']}")
+    new = sorted(set(cur["failing"]) - set(base["failing"]))
+    gone = sorted(set(base["failing"]) - set(cur["failing"]))
+    if new or gone:
+        parts = [f"+{c}" for c in new] + [f"-{c}" for c in gone]
+        reasons.append("failing/warning checks changed: " + " ".join(parts))
+    return reasons
+
+
+def _verification_dict(r: Mapping[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
+    report = _loads(r["report_json"]) or {}
+    return {
+        "id": int(r["id"]),
+        "run_id": r["run_id"],
+        "node": r["node"],
+        "at": r["at"],
+        "reachable": bool(r["reachable"]),
+        "compliant": bool(r["compliant"]),
+        "route": r["route"],
+        "path_taken": r["path_taken"],
+        "error": report.get("error"),
+        "failing": sorted(c["id"] for c in checks if c["status"] in ("fail", "warn")),
+        "checks": sorted(checks, key=lambda c: c["id"]),
+        "report": report,
+    }
+
+
+def _run_dict(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": r["id"],
+        "kind": r["kind"],
+        "fleet": r["fleet"],
+        "started_at": r["started_at"],
+        "finished_at": r["finished_at"],
+        "status": r["status"],
+        "args": _loads(r["args_json"]) or {},
+    }
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return _dumps(value)
+
+
+def _short(exc: BaseException) -> str:
+    msg = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return msg[0] if msg else type(exc).__name__
+
+
+def _sqlite_events(engine: Engine) -> None:
+    """WAL + busy_timeout on every connection; explicit BEGIN / BEGIN IMMEDIATE.
+
+    pysqlite's own implicit transactions are switched off (isolation_level None), so the
+    ``begin`` hook decides: writers take the write lock up front (``BEGIN IMMEDIATE``), so two
+    writers never deadlock on a lock upgrade; readers use a plain deferred ``BEGIN``.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("gdsfleet_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+__all__ = [
+    "ENV_LEDGER",
+    "SCHEMA_VERSION",
+    "STEPS",
+    "Ledger",
+    "default_ledger",
+    "display_url",
+    "fleet_id",
+    "new_run_id",
+    "resolve_ledger",
+    "utcnow",
+]

@@ -1,0 +1,196 @@
+"""One rollout per ledger and fleet at a time.
+
+SQLite ledger: ``fcntl.flock`` on a lock file beside the database
+(``ledger.sqlite.rollout.lock``); the holder writes its pid, host, user, start time and command
+line into the file, so a refused second rollout can name it. The kernel drops a flock when its
+holder dies (even ``kill -9``), so a re-run after a crash takes the lock and resumes.
+PostgreSQL ledger: ``pg_try_advisory_lock`` keyed on the fleet, held on a dedicated
+connection for the rollout's lifetime; the holder's details go in ``application_name``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from provisioner.errors import LockHeld, UsageError
+
+
+def holder_info(fleet: str) -> dict[str, Any]:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        user = str(os.getuid())
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "user": user,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(sys.argv) or "?",
+        "fleet": fleet,
+    }
+
+
+def describe(info: dict[str, Any]) -> str:
+    return (
+        f"pid {info.get('pid', '?')} on {info.get('host', '?')} by {info.get('user', '?')} "
+        f"since {info.get('started_at', '?')} ({info.get('command', '?')})"
+    )
+
+
+def lock_path_for(ledger: str) -> Path | None:
+    """Lock file beside a SQLite ledger; None for a server URL (PostgreSQL)."""
+    if "://" in ledger and not ledger.startswith("sqlite"):
+        return None
+    path = ledger
+    if ledger.startswith("sqlite"):
+        path = ledger.split(":///", 1)[-1] if ":///" in ledger else ""
+        if not path or path == ":memory:":
+            return None
+    return Path(path).expanduser().with_name(Path(path).name + ".rollout.lock")
+
+
+class FileLock:
+    """Exclusive, non-blocking flock; raises :class:`LockHeld` naming the holder."""
+
+    def __init__(self, path: str | os.PathLike[str], fleet: str) -> None:
+        self.path = Path(path)
+        self.fleet = fleet
+        self._fd: int | None = None
+
+    def acquire(self) -> FileLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                raw = os.pread(fd, 65536, 0).decode("utf-8", "replace")
+                info = json.loads(raw) if raw.strip() else {}
+            except (OSError, ValueError):
+                info = {}
+            os.close(fd)
+            raise LockHeld(
+                f"another rollout holds the lock {str(self.path)!r}: {describe(info)}; "
+                f"wait for it to finish (or stop it: a killed rollout releases the lock, and "
+                f"the same command resumes it)"
+            ) from None
+        except OSError:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder_info(self.fleet)) + "\n").encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def advisory_key(fleet: str) -> int:
+    """Signed 64-bit key for pg_try_advisory_lock, stable across processes."""
+    digest = hashlib.sha256(f"gdsfleet-rollout:{fleet}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class PgAdvisoryLock:
+    """``pg_try_advisory_lock`` on a dedicated connection (released when it closes)."""
+
+    def __init__(self, url: str, fleet: str) -> None:
+        self.url = url
+        self.fleet = fleet
+        self._conn: Any = None
+
+    def acquire(self) -> PgAdvisoryLock:
+        from sqlalchemy import create_engine, text
+
+        info = holder_info(self.fleet)
+        app = f"gdsfleet-rollout pid={info['pid']} host={info['host']} user={info['user']}"
+        engine = create_engine(
+            self.url, connect_args={"application_name": app[:63]}, pool_size=1
+        )
+        conn = engine.connect()
+        key = advisory_key(self.fleet)
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+        if not got:
+            holder = conn.execute(
+                text(
+                    "SELECT a.application_name, a.client_addr, a.backend_start "
+                    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                    "AND l.classid::text::bigint = :hi AND l.objid::text::bigint = :lo"
+                ),
+                {"hi": (key & 0xFFFFFFFFFFFFFFFF) >> 32, "lo": key & 0xFFFFFFFF},
+            ).first()
+            conn.close()
+            engine.dispose()
+            who = (
+                f"{holder[0]} from {holder[1] or 'local socket'} since {holder[2]}"
+                if holder
+                else "another session"
+            )
+            raise LockHeld(
+                f"another rollout holds the fleet lock for {self.fleet!r}: {who}; wait for it "
+                f"to finish"
+            )
+        self._conn = (engine, conn)
+        return self
+
+    def release(self) -> None:
+        if self._conn is None:
+            return
+        engine, conn = self._conn
+        try:
+            conn.close()
+        finally:
+            engine.dispose()
+            self._conn = None
+
+    def __enter__(self) -> PgAdvisoryLock:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def fleet_lock(ledger: str, fleet: str) -> FileLock | PgAdvisoryLock:
+    """The right lock for a ledger path or URL."""
+    path = lock_path_for(ledger)
+    if path is not None:
+        return FileLock(path, fleet)
+    if ledger.startswith(("postgresql", "postgres")):
+        return PgAdvisoryLock(ledger, fleet)
+    raise UsageError(f"ledger {ledger!r}: no rollout lock for this kind of database")

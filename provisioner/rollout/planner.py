@@ -1,0 +1,262 @@
+"""Wave planning: which node goes in which wave, and what will happen to it.
+
+A wave spec is a comma list of sizes, each a count (``5``) or a percentage of the whole target
+set (``20%``, rounded up, at least one node). The first wave is the canary. Sizes that exceed
+what is left are capped; when the spec runs out before the nodes do, the last wave takes the
+rest. Planning is pure: it reads the ledger's latest state through a mapping handed in and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from provisioner.errors import UsageError
+
+DEFAULT_WAVES = "1,5,25%,100%"
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+
+
+class Action(str, Enum):
+    """What the rollout will do to a node."""
+
+    VERIFY = "verify"  # latest record says compliant: verify only, no change
+    PROVISION = "provision"  # not compliant, unknown or forced: run the playbook, then verify
+    RESUME = "resume"  # caught mid-step by an interrupted run: redone first
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class WaveSize:
+    """One entry of a wave spec."""
+
+    value: int
+    percent: bool
+
+    def resolve(self, total: int) -> int:
+        """Number of nodes this entry stands for in a target set of ``total`` nodes."""
+        if self.percent:
+            return max(1, math.ceil(total * self.value / 100))
+        return self.value
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    name: str
+    action: Action
+    reason: str
+
+
+@dataclass(frozen=True)
+class Wave:
+    index: int  # 0 = canary
+    nodes: tuple[PlannedNode, ...]
+
+    @property
+    def canary(self) -> bool:
+        return self.index == 0
+
+    @property
+    def label(self) -> str:
+        return "canary" if self.canary else f"wave {self.index}"
+
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: str
+    waves: tuple[Wave, ...]
+
+    @property
+    def nodes(self) -> list[PlannedNode]:
+        return [n for w in self.waves for n in w.nodes]
+
+    def __len__(self) -> int:
+        return sum(len(w) for w in self.waves)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {a.value: 0 for a in Action}
+        for n in self.nodes:
+            out[n.action.value] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec,
+            "waves": [
+                {
+                    "index": w.index,
+                    "label": w.label,
+                    "nodes": [
+                        {"name": n.name, "action": n.action.value, "reason": n.reason}
+                        for n in w.nodes
+                    ],
+                }
+                for w in self.waves
+            ],
+            "counts": self.counts(),
+        }
+
+
+def parse_wave_spec(spec: str) -> tuple[WaveSize, ...]:
+    """Parse ``"1,5,20%,100%"``; raise :class:`UsageError` with the reason when malformed."""
+    if spec is None or not str(spec).strip():
+        raise UsageError("--waves is empty; give sizes like '1,5,20%,100%'")
+    sizes: list[WaveSize] = []
+    for i, raw in enumerate(str(spec).split(","), start=1):
+        m = _SIZE_RE.match(raw)
+        if not m:
+            raise UsageError(
+                f"--waves {spec!r}: entry {i} ({raw.strip()!r}) is not a count or a "
+                f"percentage; give sizes like '1,5,20%,100%'"
+            )
+        value, pct = int(m.group(1)), bool(m.group(2))
+        if value <= 0:
+            raise UsageError(f"--waves {spec!r}: entry {i} ({raw.strip()!r}) must be above 0")
+        if pct and value > 100:
+            raise UsageError(
+                f"--waves {spec!r}: entry {i} ({raw.strip()!r}) is over 100% of the fleet"
+            )
+        sizes.append(WaveSize(value, pct))
+    return tuple(sizes)
+
+
+def wave_sizes(spec: str | Sequence[WaveSize], total: int) -> list[int]:
+    """Split ``total`` nodes into wave sizes following ``spec`` (see the module doc)."""
+    sizes = parse_wave_spec(spec) if isinstance(spec, str) else tuple(spec)
+    out: list[int] = []
+    left = total
+    for size in sizes:
+        if left <= 0:
+            break
+        n = min(size.resolve(total), left)
+        out.append(n)
+        left -= n
+    if left > 0:
+        if out:
+            out[-1] += left
+        else:  # pragma: no cover - parse_wave_spec never returns an empty spec
+            out.append(left)
+    return out
+
+
+def node_action(
+    name: str, latest: Mapping[str, Mapping[str, Any]], *, force: bool = False
+) -> tuple[Action, str]:
+    """Action for one node from the ledger's latest record of it."""
+    rec = latest.get(name)
+    if force:
+        return Action.PROVISION, "--force"
+    if rec is None:
+        return Action.PROVISION, "no record in the ledger"
+    if not rec.get("reachable", True):
+        return Action.PROVISION, "unreachable at last verification"
+    if rec.get("compliant"):
+        return Action.VERIFY, f"compliant at {rec.get('at', '?')}"
+    return Action.PROVISION, "not compliant at last verification"
+
+
+def plan_waves(
+    names: Sequence[str],
+    spec: str = DEFAULT_WAVES,
+    *,
+    latest: Mapping[str, Mapping[str, Any]] | None = None,
+    force: bool = False,
+    resume_first: Iterable[str] = (),
+) -> Plan:
+    """Plan the waves over ``names`` (inventory order kept within each group).
+
+    Nodes in ``resume_first`` (caught mid-step by an interrupted run) come first, then the
+    nodes that need provisioning, then those that are only verified: the canary is a node that
+    will really change whenever there is one.
+    """
+    sizes = parse_wave_spec(spec)
+    latest = latest or {}
+    unique = list(dict.fromkeys(names))
+    first = set(resume_first)
+    resumed: list[PlannedNode] = []
+    provision: list[PlannedNode] = []
+    verify: list[PlannedNode] = []
+    for name in unique:
+        if name in first:
+            resumed.append(PlannedNode(name, Action.RESUME, "caught mid-step; redone first"))
+            continue
+        action, reason = node_action(name, latest, force=force)
+        (verify if action is Action.VERIFY else provision).append(
+            PlannedNode(name, action, reason)
+        )
+    ordered = resumed + provision + verify
+    waves: list[Wave] = []
+    start = 0
+    for i, n in enumerate(wave_sizes(sizes, len(ordered))):
+        waves.append(Wave(i, tuple(ordered[start : start + n])))
+        start += n
+    return Plan(spec=str(spec), waves=tuple(waves))
+
+
+def parse_budget(value: str | int | None, *, option: str) -> Budget:
+    """Parse a failure budget: ``N`` (count) or ``P%`` (of the wave / of the target set)."""
+    if value is None:
+        return Budget(0, False)
+    m = _SIZE_RE.match(str(value))
+    if not m:
+        raise UsageError(f"{option} {value!r}: give a count (2) or a percentage (10%)")
+    n, pct = int(m.group(1)), bool(m.group(2))
+    if pct and n > 100:
+        raise UsageError(f"{option} {value!r}: a percentage cannot be over 100%")
+    return Budget(n, pct)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many failures are tolerated: a count, or a percentage of a set's size."""
+
+    value: int
+    percent: bool
+
+    def allowed(self, size: int) -> int:
+        """Failures tolerated in a set of ``size`` nodes (percent rounds down)."""
+        if self.percent:
+            return math.floor(size * self.value / 100)
+        return self.value
+
+    def exceeded(self, failures: int, size: int) -> bool:
+        return failures > self.allowed(size)
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+def parse_threshold(value: str | float | None, *, option: str = "--health-threshold") -> float:
+    """Health threshold as the fraction of already-rolled nodes that must still be compliant.
+
+    Accepts ``1.0``, ``0.9`` or ``90%``.
+    """
+    if value is None:
+        return 1.0
+    text = str(value).strip()
+    try:
+        frac = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(
+            f"{option} {value!r}: give a fraction (0.9) or a percentage (90%)"
+        ) from None
+    if not 0.0 <= frac <= 1.0:
+        raise UsageError(f"{option} {value!r}: must be between 0 and 1 (or 0% and 100%)")
+    return frac

@@ -1,0 +1,317 @@
+"""Drive the collection's playbooks through ansible-runner, one run per wave.
+
+The per-host outcome (ok, changed, failed task and its message, unreachable) is read from
+the runner's events, never from the exit code: ``ansible-playbook`` folds failed and
+unreachable hosts into one number and a malformed playbook can look like either.
+:class:`EventCollector` is the pure part (fed recorded events in the unit tests);
+:func:`run_playbook` is the thin driver around ``ansible_runner.run``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ProvisionerError
+
+# Keys whose values never leave the driver (reports, ledger, logs).
+_SECRET_HINTS = ("password", "passwd", "secret", "token", "private_key", "api_key")
+
+
+class HostStatus(str, Enum):
+    OK = "ok"  # every task ok, nothing changed
+    CHANGED = "changed"  # ok, with changes
+    FAILED = "failed"  # a task failed (not ignored, not rescued)
+    UNREACHABLE = "unreachable"
+    NOT_RUN = "not_run"  # no event for the host: the play never reached it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    host: str
+    status: HostStatus
+    ok: int = 0
+    changed: int = 0
+    skipped: int = 0
+    failed_task: str | None = None
+    message: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status in (HostStatus.OK, HostStatus.CHANGED)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "status": self.status.value,
+            "ok": self.ok,
+            "changed": self.changed,
+            "skipped": self.skipped,
+            "failed_task": self.failed_task,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class PlaybookResult:
+    playbook: str
+    rc: int | None
+    status: str  # ansible-runner's: successful, failed, timeout, canceled
+    hosts: Mapping[str, HostOutcome]
+    duration_s: float = 0.0
+    error: str | None = None  # the playbook did not run at all (syntax error, missing file)
+    events: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    """The most useful one-line reason in a task result."""
+    for key in ("msg", "stderr", "module_stderr", "reason", "stdout"):
+        val = res.get(key)
+        if isinstance(val, str) and val.strip():
+            text = val.strip()
+            break
+    else:
+        results = res.get("results")
+        if isinstance(results, list):
+            for item in results:
+                if isinstance(item, Mapping) and item.get("failed"):
+                    return _message(item)
+        text = "task failed (no message)"
+    if res.get("_ansible_no_log"):
+        return "task failed (output hidden by no_log)"
+    # keep the ledger and reports readable: last lines of long outputs
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) > 6:
+        lines = ["..."] + lines[-6:]
+    out = "\n".join(lines)
+    return out[-2000:]
+
+
+class EventCollector:
+    """Fold ansible-runner events into one :class:`HostOutcome` per host.
+
+    Call :meth:`handle` with each event (it is ansible-runner's ``event_handler``); read
+    :meth:`outcomes` at the end. Safe to call from the runner's thread.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str] = (),
+        on_host_event: Callable[[str, str, str], None] | None = None,
+        *,
+        keep_events: bool = False,
+    ) -> None:
+        self._hosts = list(hosts)
+        self._ok: dict[str, int] = {}
+        self._changed: dict[str, int] = {}
+        self._skipped: dict[str, int] = {}
+        self._failed: dict[str, tuple[str, str]] = {}
+        self._unreachable: dict[str, tuple[str, str]] = {}
+        self._stats: dict[str, dict[str, int]] | None = None
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._on_host_event = on_host_event
+        self._keep = keep_events
+        self.events: list[dict[str, Any]] = []
+        self.stdout_tail: list[str] = []
+
+    def handle(self, event: Mapping[str, Any]) -> bool:
+        kind = str(event.get("event", ""))
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        with self._lock:
+            if self._keep:
+                self.events.append(_slim(event))
+            stdout = event.get("stdout")
+            if isinstance(stdout, str) and stdout.strip():
+                self.stdout_tail = (self.stdout_tail + stdout.splitlines())[-20:]
+            if kind == "playbook_on_stats":
+                self._stats = {
+                    key: dict(data.get(key) or {})
+                    for key in ("ok", "changed", "failures", "dark", "skipped", "ignored",
+                                "rescued", "processed")
+                }
+                return True
+            if not host:
+                return True
+            task = str(data.get("task") or "")
+            res = data.get("res") or {}
+            if kind == "runner_on_ok":
+                self._seen.add(host)
+                self._ok[host] = self._ok.get(host, 0) + 1
+                if res.get("changed"):
+                    self._changed[host] = self._changed.get(host, 0) + 1
+            elif kind == "runner_on_failed":
+                self._seen.add(host)
+                if data.get("ignore_errors"):
+                    self._ok[host] = self._ok.get(host, 0) + 1
+                else:
+                    self._failed.setdefault(host, (task, _message(res)))
+            elif kind == "runner_on_unreachable":
+                self._seen.add(host)
+                self._unreachable.setdefault(host, (task, _message(res)))
+            elif kind == "runner_on_skipped":
+                self._seen.add(host)
+                self._skipped[host] = self._skipped.get(host, 0) + 1
+            elif kind in ("runner_item_on_failed",):
+                self._seen.add(host)
+            else:
+                return True
+        if self._on_host_event is not None:
+            self._on_host_event(host, kind, task)
+        return True
+
+    def outcomes(self) -> dict[str, HostOutcome]:
+        with self._lock:
+            hosts = list(dict.fromkeys(
+                list(self._hosts) + sorted(self._seen)
+                + sorted((self._stats or {}).get("processed", {}))
+            ))
+            stats = self._stats or {}
+            out: dict[str, HostOutcome] = {}
+            for h in hosts:
+                ok, chg, skp = (self._ok.get(h, 0), self._changed.get(h, 0),
+                                self._skipped.get(h, 0))
+                dark = stats.get("dark", {}).get(h, 0) if stats else 0
+                failures = stats.get("failures", {}).get(h, 0) if stats else 0
+                if h in self._unreachable or dark:
+                    task, msg = self._unreachable.get(h, ("", "unreachable"))
+                    out[h] = HostOutcome(h, HostStatus.UNREACHABLE, ok=ok, changed=chg, skipped=skp,
+                                         failed_task=task or None, message=msg)
+                elif (failures > 0) if stats else (h in self._failed):
+                    task, msg = self._failed.get(h, ("", "failed"))
+                    out[h] = HostOutcome(h, HostStatus.FAILED, ok=ok, changed=chg, skipped=skp,
+                                         failed_task=task or None, message=msg)
+                elif h in self._seen or (stats and h in stats.get("processed", {})):
+                    status = HostStatus.CHANGED if chg else HostStatus.OK
+                    out[h] = HostOutcome(h, status, ok=ok, changed=chg, skipped=skp)
+                else:
+                    out[h] = HostOutcome(h, HostStatus.NOT_RUN, ok=ok, changed=chg, skipped=skp,
+                                         message="the play did not reach this host")
+            return out
+
+    @property
+    def saw_stats(self) -> bool:
+        return self._stats is not None
+
+
+def _slim(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an event small enough to keep (no stdout, no module args)."""
+    data = dict(event.get("event_data") or {})
+    res = data.get("res")
+    if isinstance(res, Mapping):
+        data["res"] = {k: res[k] for k in ("changed", "msg", "unreachable", "failed",
+                                           "skipped", "rc") if k in res}
+    for k in ("task_args", "playbook_uuid", "play_uuid", "task_uuid", "uuid"):
+        data.pop(k, None)
+    return {"event": event.get("event"), "counter": event.get("counter"), "event_data": data}
+
+
+def _ansible_bin_dir() -> str | None:
+    """The folder holding ansible-playbook: PATH first, then next to this Python."""
+    if shutil.which("ansible-playbook"):
+        return None
+    candidate = Path(sys.executable).parent / "ansible-playbook"
+    return str(candidate.parent) if candidate.exists() else None
+
+
+def redact(extravars: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: ("<redacted>" if any(h in k.lower() for h in _SECRET_HINTS) else v)
+        for k, v in extravars.items()
+    }
+
+
+def run_playbook(
+    playbook: str | os.PathLike[str],
+    inventory: str | os.PathLike[str],
+    hosts: Sequence[str],
+    *,
+    forks: int = 5,
+    extravars: Mapping[str, Any] | None = None,
+    private_data_dir: str | os.PathLike[str] | None = None,
+    envvars: Mapping[str, str] | None = None,
+    on_host_event: Callable[[str, str, str], None] | None = None,
+    keep_events: bool = False,
+    timeout: int | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> PlaybookResult:
+    """Run ``playbook`` against ``hosts`` of ``inventory``; per-host outcomes from events."""
+    import time
+
+    import ansible_runner  # heavy: imported when a playbook really runs
+
+    if not hosts:
+        return PlaybookResult(str(playbook), 0, "successful", {})
+    if not Path(playbook).is_file():
+        raise ProvisionerError(f"playbook {str(playbook)!r} does not exist")
+    bindir = _ansible_bin_dir()
+    if bindir:
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    pdd_tmp = None
+    if private_data_dir is None:
+        pdd_tmp = tempfile.mkdtemp(prefix="gdsfleet-runner-")
+        pdd = Path(pdd_tmp)
+    else:
+        pdd = Path(private_data_dir)
+        pdd.mkdir(parents=True, exist_ok=True)
+    collector = EventCollector(hosts, on_host_event, keep_events=keep_events)
+    env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
+    for key in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_CONFIG", "ANSIBLE_ROLES_PATH"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    env.update(envvars or {})
+    started = time.monotonic()
+    try:
+        kwargs: dict[str, Any] = {
+            "private_data_dir": str(pdd),
+            "playbook": str(Path(playbook).resolve()),
+            "inventory": str(Path(inventory).resolve()),
+            "limit": ",".join(hosts),
+            "forks": max(1, int(forks)),
+            "extravars": dict(extravars or {}),
+            "envvars": env,
+            "event_handler": collector.handle,
+            "quiet": True,
+            "suppress_env_files": True,
+            "rotate_artifacts": 5,
+        }
+        if cancel is not None:
+            kwargs["cancel_callback"] = cancel
+        if timeout:
+            kwargs["timeout"] = timeout
+        r = ansible_runner.run(**kwargs)
+        rc, status = r.rc, str(r.status)
+    finally:
+        if pdd_tmp:
+            shutil.rmtree(pdd_tmp, ignore_errors=True)
+    duration = time.monotonic() - started
+    outcomes = collector.outcomes()
+    error = None
+    if not collector.saw_stats and not any(o.status is not HostStatus.NOT_RUN
+                                           for o in outcomes.values()):
+        tail = "\n".join(collector.stdout_tail[-8:]) or f"ansible-playbook exited {rc}"
+        error = f"the playbook did not run ({status}, rc={rc}): {tail}"
+        outcomes = {
+            h: HostOutcome(h, HostStatus.FAILED, failed_task=None, message=error) for h in hosts
+        }
+    return PlaybookResult(
+        playbook=str(playbook),
+        rc=rc,
+        status=status,
+        hosts=outcomes,
+        duration_s=duration,
+        error=error,
+        events=tuple(collector.events),
+    )

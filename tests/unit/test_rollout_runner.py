@@ -1,0 +1,147 @@
+"""ansible-runner driver: per-host outcomes from events (recorded and live), never exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.rollout.runner import (
+    EventCollector,
+    HostStatus,
+    redact,
+    run_playbook,
+)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "rollout"
+HOSTS = ["ok", "changed", "failed", "rescued", "ignored", "down"]
+
+
+def _collect(events: list[dict], hosts: list[str] = HOSTS) -> dict:
+    c = EventCollector(hosts)
+    for e in events:
+        assert c.handle(e) is True
+    return c.outcomes()
+
+
+def test_recorded_events_give_per_host_outcomes() -> None:
+    events = json.loads((FIX / "runner_events.json").read_text())
+    out = _collect(events)
+    assert {h: o.status for h, o in out.items()} == {
+        "ok": HostStatus.OK,
+        "changed": HostStatus.CHANGED,
+        "failed": HostStatus.FAILED,
+        "rescued": HostStatus.OK,  # a rescued failure is not a failure (stats say so)
+        "ignored": HostStatus.OK,  # ignore_errors: not a failure
+        "down": HostStatus.UNREACHABLE,
+    }
+    assert out["failed"].failed_task == "Fail on failed"
+    assert out["failed"].message == "nvidia-fs-dkms: DKMS build failed on failed"
+    assert out["down"].failed_task == "Probe without change"
+    assert "port 9" in (out["down"].message or "")
+    assert out["changed"].changed == 1
+    assert out["ok"].changed == 0 and out["ok"].ok >= 2 and out["ok"].skipped >= 1
+
+
+def test_killed_run_without_stats_still_reports_what_it_saw() -> None:
+    events = json.loads((FIX / "runner_events.json").read_text())
+    cut = [e for e in events if e["event"] != "playbook_on_stats"]
+    out = _collect(cut, HOSTS + ["never"])
+    assert out["failed"].status is HostStatus.FAILED
+    assert out["down"].status is HostStatus.UNREACHABLE
+    assert out["never"].status is HostStatus.NOT_RUN
+
+
+def test_stats_alone_decide_failed_and_unreachable() -> None:
+    stats = {"event": "playbook_on_stats", "event_data": {
+        "ok": {"a": 3}, "changed": {"a": 1}, "failures": {"b": 1}, "dark": {"c": 1},
+        "processed": {"a": 1, "b": 1, "c": 1}}}
+    out = _collect([stats], ["a", "b", "c"])
+    assert out["b"].status is HostStatus.FAILED
+    assert out["c"].status is HostStatus.UNREACHABLE
+    assert out["a"].status is HostStatus.OK
+
+
+def test_no_log_hides_the_message() -> None:
+    ev = {"event": "runner_on_failed", "event_data": {
+        "host": "a", "task": "Secret", "res": {"msg": "password=hunter2",
+                                               "_ansible_no_log": True}}}
+    out = _collect([ev], ["a"])
+    assert out["a"].status is HostStatus.FAILED
+    assert "hunter2" not in (out["a"].message or "")
+
+
+def test_long_messages_are_trimmed_to_their_tail() -> None:
+    ev = {"event": "runner_on_failed", "event_data": {
+        "host": "a", "task": "Build", "res": {
+            "stderr": "\n".join(f"line {i}" for i in range(100))}}}
+    msg = _collect([ev], ["a"])["a"].message or ""
+    assert msg.startswith("...") and msg.endswith("line 99") and "line 10\n" not in msg
+
+
+def test_host_event_callback() -> None:
+    seen: list[tuple[str, str, str]] = []
+    c = EventCollector(["a"], lambda h, k, t: seen.append((h, k, t)))
+    c.handle({"event": "runner_on_ok", "event_data": {"host": "a", "task": "T", "res": {}}})
+    c.handle({"event": "playbook_on_task_start", "event_data": {"task": "U"}})
+    assert seen == [("a", "runner_on_ok", "T")]
+
+
+def test_redact() -> None:
+    assert redact({"db_password": "x", "gds_route": "nvfs"}) == {
+        "db_password": "<redacted>", "gds_route": "nvfs"}
+
+
+def _local_inventory(tmp_path: Path) -> Path:
+    inv = tmp_path / "hosts"
+    inv.write_text(
+        "".join(
+            f"{h} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+            for h in ("ok", "changed", "failed")
+        )
+        + "down ansible_host=127.0.0.1 ansible_port=9 ansible_connection=ssh\n"
+    )
+    return inv
+
+
+def test_live_run_against_a_local_playbook(tmp_path: Path) -> None:
+    inv = _local_inventory(tmp_path)
+    events: list[tuple[str, str, str]] = []
+    res = run_playbook(
+        FIX / "tiny.yml", inv, ["ok", "changed", "failed", "down"], forks=4,
+        private_data_dir=tmp_path / "pdd", on_host_event=lambda h, k, t: events.append((h, k, t)),
+    )
+    assert res.error is None
+    assert res.rc != 0  # the exit code alone mixes both; the outcomes do not
+    assert res.hosts["ok"].status is HostStatus.OK
+    assert res.hosts["changed"].status is HostStatus.CHANGED
+    assert res.hosts["failed"].status is HostStatus.FAILED
+    assert res.hosts["down"].status is HostStatus.UNREACHABLE
+    assert ("failed", "runner_on_failed", "Fail on failed") in events
+    assert (tmp_path / "pdd" / "artifacts").is_dir()
+
+
+def test_limit_restricts_the_run(tmp_path: Path) -> None:
+    inv = _local_inventory(tmp_path)
+    res = run_playbook(FIX / "tiny.yml", inv, ["ok"], forks=1)
+    assert set(res.hosts) == {"ok"}
+    assert res.hosts["ok"].status is HostStatus.OK
+    assert res.rc == 0
+
+
+def test_a_broken_playbook_fails_every_host(tmp_path: Path) -> None:
+    inv = _local_inventory(tmp_path)
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- name: Broken\n  hosts: all\n  tasks:\n    - ansible.builtin.nope: {}\n")
+    res = run_playbook(bad, inv, ["ok", "changed"], forks=2)
+    assert res.error and "did not run" in res.error
+    assert {o.status for o in res.hosts.values()} == {HostStatus.FAILED}
+
+
+def test_missing_playbook(tmp_path: Path) -> None:
+    from provisioner.errors import ProvisionerError
+
+    with pytest.raises(ProvisionerError, match="does not exist"):
+        run_playbook(tmp_path / "none.yml", _local_inventory(tmp_path), ["ok"])

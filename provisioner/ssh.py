@@ -1,0 +1,696 @@
+"""SSH transport for the verification round trip (paramiko), implementing ``CommandRunner``.
+
+One connection per node, reused for every command of the verification. What it promises:
+
+* **Host keys** are checked against, in this order: ``--known-hosts`` files, the node's
+  ``UserKnownHostsFile`` (inventory ``-o`` options, then ``~/.ssh/config``), the project-managed
+  file (``~/.local/state/gdsfleet/known_hosts``), ``~/.ssh/known_hosts`` and
+  ``/etc/ssh/ssh_known_hosts``. An unknown key is refused (the error carries the command that
+  fixes it) unless ``accept_new_host_keys`` is set, which appends it to the project-managed file.
+  A *changed* key is always refused, with the ``ssh-keygen -R`` command for the file holding
+  the old key. ``StrictHostKeyChecking`` in the inventory or ssh config is not honoured: only
+  the explicit opt-in changes the policy.
+* **~/.ssh/config** through ``paramiko.SSHConfig.lookup``: HostName, Port, User, IdentityFile,
+  UserKnownHostsFile, ProxyCommand and ProxyJump (a chain of paramiko transports, each hop a
+  ``direct-tcpip`` channel through the previous one). Inventory values win over the config, as
+  ``-o`` options win over it for OpenSSH.
+* **Bounded**: ``timeout`` (TCP connect), ``banner_timeout``, ``auth_timeout``,
+  ``channel_timeout``, and a wall-clock deadline per command. stdout and stderr are drained
+  while the command runs, so a chatty command cannot fill the window and hang
+  ``recv_exit_status``.
+* **Retries** with exponential backoff and jitter, only for transient connect errors ("Error
+  reading SSH protocol banner" under sshd's MaxStartups, refused/reset connections, connect
+  timeouts). Authentication and host key failures are never retried; commands are never
+  retried.
+* **No secrets** in messages: private key material, passwords and URL credentials are redacted
+  from every error this module raises.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import fcntl
+import getpass
+import hashlib
+import os
+import re
+import secrets
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import paramiko
+
+from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
+from provisioner.inventory import Node
+from provisioner.verify.model import CommandResult
+
+T = TypeVar("T")
+
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FILE_LOCK = threading.Lock()
+
+
+def default_managed_known_hosts() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return str(Path(state) / "gdsfleet" / "known_hosts")
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """Transport settings shared by every node of a run."""
+
+    connect_timeout: float = 10.0
+    banner_timeout: float = 15.0
+    auth_timeout: float = 15.0
+    channel_timeout: float = 15.0
+    keepalive_s: int = 15
+    retries: int = 3
+    retry_delay_s: float = 0.5
+    retry_max_delay_s: float = 8.0
+    known_hosts: tuple[str, ...] = ()
+    accept_new_host_keys: bool = False
+    managed_known_hosts: str = field(default_factory=default_managed_known_hosts)
+    ssh_config: str | None = "~/.ssh/config"
+    user_known_hosts: str = USER_KNOWN_HOSTS
+    system_known_hosts: str = SYSTEM_KNOWN_HOSTS
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to connect to one host (a node or a jump host), after config lookup."""
+
+    name: str
+    hostname: str
+    port: int = 22
+    user: str = ""
+    key_files: tuple[str, ...] = ()
+    known_hosts: tuple[str, ...] = ()
+    proxy_command: str | None = None
+    jumps: tuple[Target, ...] = ()
+
+    @property
+    def host_key_name(self) -> str:
+        """The name known_hosts uses: ``host`` on port 22, ``[host]:port`` otherwise."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    def describe(self) -> str:
+        via = f" via {' -> '.join(j.describe() for j in self.jumps)}" if self.jumps else ""
+        proxy = " via ProxyCommand" if self.proxy_command else ""
+        return f"{self.user}@{self.hostname}:{self.port}{via}{proxy}"
+
+
+# --------------------------------------------------------------------------- redaction
+_PEM = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.S
+)
+_KV_SECRET = re.compile(
+    r"(?i)\b(password|passwd|passphrase|pass|secret|token|ansible_ssh_pass|ansible_password)"
+    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;]+)"
+)
+_URL_CRED = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+):[^@\s/]+@")
+
+
+def redact(text: str) -> str:
+    """Remove private key material, passwords and URL credentials from a message."""
+    text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
+    text = _KV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+    return _URL_CRED.sub(r"\1:***@", text)
+
+
+# --------------------------------------------------------------------------- host keys
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style ``SHA256:...`` fingerprint of a public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _keyscan_cmd(target: Target, file: str) -> str:
+    port = f"-p {target.port} " if target.port != 22 else ""
+    return f"ssh-keyscan {port}{shlex.quote(target.hostname)} >> {shlex.quote(file)}"
+
+
+def _display_path(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home) :] if home != "/" and path.startswith(home + "/") else path
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown host key: refuse with the fix, or (opt-in) add it to the managed file."""
+
+    def __init__(self, target: Target, settings: SSHSettings, node_name: str) -> None:
+        self.target = target
+        self.settings = settings
+        self.node_name = node_name
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        fp = fingerprint(key)
+        if self.settings.accept_new_host_keys:
+            add_known_host(self.settings.managed_known_hosts, hostname, key)
+            return
+        fix_file = _display_path(self.target.known_hosts[0]) if self.target.known_hosts else (
+            USER_KNOWN_HOSTS
+        )
+        raise HostKeyError(
+            f"{self.node_name}: host key of {hostname} is not known ({key.get_name()} {fp}). "
+            f"Check that fingerprint out of band (on the node: ssh-keygen -lf "
+            f"/etc/ssh/ssh_host_{_key_file_type(key.get_name())}_key.pub), then run: "
+            f"{_keyscan_cmd(self.target, fix_file)}  -- or re-run with --accept-new-host-keys "
+            f"to add it to {_display_path(self.settings.managed_known_hosts)}"
+        )
+
+
+def _key_file_type(key_name: str) -> str:
+    if "ed25519" in key_name:
+        return "ed25519"
+    if "ecdsa" in key_name:
+        return "ecdsa"
+    return "rsa"
+
+
+def add_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
+    """Append ``hostname key`` to a known_hosts file (locked; safe from parallel workers)."""
+    p = Path(path).expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+    with _FILE_LOCK, open(p, "a", encoding="ascii") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _files_with_key(files: Sequence[str], hostname: str) -> list[tuple[str, paramiko.PKey]]:
+    found = []
+    for f in files:
+        try:
+            keys = paramiko.HostKeys(f)
+        except (OSError, paramiko.SSHException, ValueError):
+            continue
+        entry = keys.lookup(hostname)
+        if entry:
+            for ktype in entry:
+                found.append((f, entry[ktype]))
+    return found
+
+
+def _changed_key_error(
+    node_name: str, target: Target, exc: paramiko.BadHostKeyException
+) -> HostKeyError:
+    holders = _files_with_key(target.known_hosts, target.host_key_name) or [
+        (target.known_hosts[0] if target.known_hosts else USER_KNOWN_HOSTS, exc.expected_key)
+    ]
+    files = sorted({f for f, _ in holders})
+    fixes = "; ".join(
+        f"ssh-keygen -R {shlex.quote(target.host_key_name)} -f {shlex.quote(_display_path(f))}"
+        for f in files
+    )
+    return HostKeyError(
+        f"{node_name}: host key of {target.host_key_name} CHANGED: known_hosts has "
+        f"{exc.expected_key.get_name()} {fingerprint(exc.expected_key)}, the host offers "
+        f"{exc.key.get_name()} {fingerprint(exc.key)}. This can be a man-in-the-middle attack; "
+        f"it is also what a reinstalled node looks like. Only if you know the node was "
+        f"reinstalled, remove the old key with: {fixes}  -- then check the new fingerprint and "
+        f"add it ({_keyscan_cmd(target, _display_path(files[0]))}). The provisioner never "
+        f"accepts a changed key by itself, not even with --accept-new-host-keys."
+    )
+
+
+# --------------------------------------------------------------------------- config
+def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
+    if not path:
+        return None
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return None
+    try:
+        return paramiko.SSHConfig.from_path(str(p))
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise ConnectError(f"cannot read ssh config {p}: {redact(str(exc))}") from exc
+
+
+def _split_files(value: str | None) -> list[str]:
+    if not value:
+        return []
+    return [os.path.expanduser(v) for v in shlex.split(value) if v.lower() != "none"]
+
+
+def parse_jump(spec: str) -> list[tuple[str | None, str, int | None]]:
+    """``[user@]host[:port][,...]`` (ProxyJump) into (user, host, port) hops, first hop first."""
+    hops: list[tuple[str | None, str, int | None]] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.startswith("ssh://"):
+            part = part[len("ssh://") :]
+        user, _, hostport = part.rpartition("@")
+        port: int | None = None
+        host = hostport
+        m = re.match(r"^\[([^\]]+)\](?::(\d+))?$", hostport)
+        if m:
+            host, port = m.group(1), int(m.group(2)) if m.group(2) else None
+        elif hostport.count(":") == 1:
+            host, p = hostport.split(":")
+            port = int(p)
+        if not host or (port is not None and not 0 < port < 65536):
+            raise ConnectError(f"ProxyJump {spec!r}: cannot parse hop {part!r}")
+        hops.append((user or None, host, port))
+    return hops
+
+
+def resolve_target(
+    node: Node,
+    settings: SSHSettings,
+    config: paramiko.SSHConfig | None = None,
+) -> Target:
+    """Combine inventory values, ~/.ssh/config and settings into a connection :class:`Target`.
+
+    Precedence as for ``ansible-playbook`` over OpenSSH: ``ansible_host`` is the host the
+    config is looked up for (``HostName`` there can rename it); ``ansible_port`` (when not 22),
+    ``ansible_user``, ``ansible_ssh_private_key_file`` and ``-o`` options from the inventory win
+    over the config.
+    """
+    cfg: dict[str, Any] = dict(config.lookup(node.address)) if config else {}
+    hostname = str(cfg.get("hostname") or node.address)
+    port = node.port if node.port != 22 else int(cfg.get("port") or 22)
+    if node.ssh_option("Port"):
+        port = int(str(node.ssh_option("Port")))
+    user = node.user or node.ssh_option("User") or cfg.get("user") or getpass.getuser()
+    keys: list[str] = []
+    if node.key_file:
+        keys.append(os.path.expanduser(node.key_file))
+    if node.ssh_option("IdentityFile"):
+        keys.append(os.path.expanduser(str(node.ssh_option("IdentityFile"))))
+    keys += [os.path.expanduser(k) for k in cfg.get("identityfile") or []]
+    known = _known_hosts_files(
+        settings, node.ssh_option("UserKnownHostsFile") or cfg.get("userknownhostsfile")
+    )
+    proxy_command = node.ssh_option("ProxyCommand") or _raw_option(
+        config, node.address, "proxycommand"
+    )
+    if proxy_command and proxy_command.lower() == "none":
+        proxy_command = None
+    jump_spec = node.ssh_option("ProxyJump") or cfg.get("proxyjump")
+    jumps: list[Target] = []
+    if jump_spec and jump_spec.lower() != "none":
+        for juser, jhost, jport in parse_jump(jump_spec):
+            jcfg: dict[str, Any] = dict(config.lookup(jhost)) if config else {}
+            jknown = _known_hosts_files(settings, jcfg.get("userknownhostsfile")) + [
+                k for k in known if k not in _known_hosts_files(settings, None)
+            ]
+            jumps.append(
+                Target(
+                    name=jhost,
+                    hostname=str(jcfg.get("hostname") or jhost),
+                    port=jport or int(jcfg.get("port") or 22),
+                    user=juser or str(jcfg.get("user") or getpass.getuser()),
+                    key_files=tuple(os.path.expanduser(k) for k in jcfg.get("identityfile") or [])
+                    or tuple(keys),
+                    known_hosts=tuple(dict.fromkeys(jknown)),
+                )
+            )
+        proxy_command = None  # OpenSSH: ProxyJump and ProxyCommand exclude each other
+    if proxy_command:
+        # Expanded here, with the effective values (the inventory may override the config's).
+        tokens = {"%h": hostname, "%p": str(port), "%r": str(user), "%n": node.address, "%%": "%"}
+        proxy_command = re.sub(
+            r"%[hprn%]", lambda m: tokens[m.group(0)], os.path.expanduser(proxy_command)
+        )
+    return Target(
+        name=node.name,
+        hostname=hostname,
+        port=port,
+        user=str(user),
+        key_files=tuple(dict.fromkeys(keys)),
+        known_hosts=tuple(known),
+        proxy_command=proxy_command,
+        jumps=tuple(jumps),
+    )
+
+
+def _raw_option(config: paramiko.SSHConfig | None, host: str, key: str) -> str | None:
+    """A config value before paramiko expands its %-tokens (with the config's own port/user)."""
+    if config is None:
+        return None
+    try:
+        value = config._lookup(hostname=host).get(key)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # private API moved: fall back to the expanded value
+        value = config.lookup(host).get(key)
+    return str(value) if value else None
+
+
+def _known_hosts_files(settings: SSHSettings, user_known: str | None) -> list[str]:
+    files = [os.path.expanduser(f) for f in settings.known_hosts]
+    files += _split_files(user_known)
+    files += [
+        os.path.expanduser(settings.managed_known_hosts),
+        os.path.expanduser(settings.user_known_hosts),
+        settings.system_known_hosts,
+    ]
+    return list(dict.fromkeys(files))
+
+
+# --------------------------------------------------------------------------- errors, retries
+_TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.ECONNABORTED}
+
+
+def classify(exc: BaseException) -> bool:
+    """True when a connect error is transient (worth a retry with backoff)."""
+    if isinstance(exc, HostKeyError | paramiko.BadHostKeyException):
+        return False
+    if isinstance(exc, paramiko.AuthenticationException):
+        return False
+    if isinstance(exc, ConnectError):
+        return exc.transient
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return all(
+            getattr(e, "errno", None) in _TRANSIENT_ERRNOS for e in exc.errors.values()
+        )
+    if isinstance(exc, socket.gaierror):
+        return False
+    if isinstance(exc, TimeoutError | socket.timeout | EOFError):
+        return True
+    if isinstance(exc, ConnectionRefusedError | ConnectionResetError | ConnectionAbortedError):
+        return True
+    if isinstance(exc, paramiko.SSHException):
+        msg = str(exc)
+        return "Error reading SSH protocol banner" in msg or "Connection reset" in msg
+    if isinstance(exc, OSError):
+        return exc.errno in _TRANSIENT_ERRNOS
+    return False
+
+
+def describe_error(node_name: str, target: Target, exc: BaseException) -> ConnectError:
+    """Turn a low-level error into one readable, redacted :class:`ConnectError`."""
+    if isinstance(exc, ConnectError):
+        return exc
+    where = f"{node_name} ({target.describe()})"
+    transient = classify(exc)
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return _changed_key_error(node_name, target, exc)
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        msg = (
+            f"{where}: the private key is encrypted and no passphrase can be asked for: load it "
+            f"into ssh-agent (ssh-add) first"
+        )
+    elif isinstance(exc, paramiko.AuthenticationException):
+        keys = ", ".join(target.key_files) or "ssh-agent and the default keys"
+        msg = (
+            f"{where}: authentication as {target.user!r} failed (tried {keys}); check "
+            f"ansible_user / ansible_ssh_private_key_file and the node's authorized_keys"
+        )
+    elif isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        msg = f"{where}: connection refused (is sshd running and listening on {target.port}?)"
+    elif isinstance(exc, socket.gaierror):
+        msg = f"{where}: cannot resolve host name {target.hostname!r}: {exc.strerror}"
+    elif isinstance(exc, TimeoutError | socket.timeout):
+        msg = f"{where}: timed out connecting"
+    elif isinstance(exc, OSError) and exc.strerror:
+        msg = f"{where}: {exc.strerror}"
+    else:
+        msg = f"{where}: {type(exc).__name__}: {exc}"
+    return ConnectError(redact(msg), transient=transient)
+
+
+def with_retries(
+    fn: Callable[[], T],
+    *,
+    retries: int,
+    base_delay: float,
+    max_delay: float,
+    is_transient: Callable[[BaseException], bool] = classify,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``fn``; on a transient error retry up to ``retries`` times with jittered backoff."""
+    rng = secrets.SystemRandom()
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt >= retries or not is_transient(exc):
+                raise
+            delay = min(max_delay, base_delay * (2**attempt)) * rng.uniform(0.5, 1.5)
+            attempt += 1
+            sleep(delay)
+
+
+# --------------------------------------------------------------------------- the runner
+class SSHRunner:
+    """A ``CommandRunner`` over one SSH connection to one node (connects on first use)."""
+
+    def __init__(
+        self,
+        node: Node,
+        settings: SSHSettings | None = None,
+        *,
+        config: paramiko.SSHConfig | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self.node = node
+        self.settings = settings or SSHSettings()
+        if target is None:
+            if config is None:
+                config = load_ssh_config(self.settings.ssh_config)
+            target = resolve_target(node, self.settings, config)
+        self.target = target
+        self._client: paramiko.SSHClient | None = None
+        self._hops: list[paramiko.SSHClient] = []
+        self.connect_attempts = 0
+
+    # context manager
+    def __enter__(self) -> SSHRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for c in [self._client, *reversed(self._hops)]:
+            if c is not None:
+                with contextlib.suppress(Exception):  # a dead connection may fail to close
+                    c.close()
+        self._client = None
+        self._hops = []
+
+    def connect(self) -> None:
+        """Connect (with retries on transient errors); raises ConnectError / HostKeyError."""
+        if self._client is not None and self._transport_active():
+            return
+        self.close()
+
+        def attempt() -> None:
+            self.connect_attempts += 1
+            try:
+                self._connect_once()
+            except Exception:
+                self.close()
+                raise
+
+        try:
+            with_retries(
+                attempt,
+                retries=self.settings.retries,
+                base_delay=self.settings.retry_delay_s,
+                max_delay=self.settings.retry_max_delay_s,
+            )
+        except Exception as exc:
+            raise describe_error(self.node.name, self.target, exc) from None
+
+    def _transport_active(self) -> bool:
+        t = self._client.get_transport() if self._client else None
+        return bool(t and t.is_active())
+
+    def _connect_once(self) -> None:
+        sock: Any = None
+        chain = [*self.target.jumps, self.target]
+        for i, hop in enumerate(self.target.jumps):
+            client = self._client_for(hop)
+            try:
+                self._connect_client(client, hop, sock)
+            except Exception as exc:
+                raise describe_error(f"{self.node.name} (jump host {hop.name})", hop, exc) from exc
+            self._hops.append(client)
+            transport = client.get_transport()
+            assert transport is not None
+            nxt = chain[i + 1]
+            sock = transport.open_channel(
+                "direct-tcpip",
+                (nxt.hostname, nxt.port),
+                ("127.0.0.1", 0),
+                timeout=self.settings.channel_timeout,
+            )
+        if sock is None and self.target.proxy_command:
+            sock = paramiko.ProxyCommand(self.target.proxy_command)
+        client = self._client_for(self.target)
+        self._client = client
+        self._connect_client(client, self.target, sock)
+        transport = client.get_transport()
+        if transport is not None and self.settings.keepalive_s:
+            transport.set_keepalive(self.settings.keepalive_s)
+
+    def _client_for(self, target: Target) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        # Most specific file first: paramiko's lookup takes the first entry of a key type.
+        for f in target.known_hosts:
+            if os.path.isfile(f):
+                try:
+                    client.load_system_host_keys(f)
+                except (OSError, paramiko.SSHException, ValueError) as exc:
+                    raise HostKeyError(
+                        f"{self.node.name}: known_hosts file {f} cannot be read: {exc}"
+                    ) from exc
+        client.set_missing_host_key_policy(_HostKeyPolicy(target, self.settings, self.node.name))
+        return client
+
+    def _connect_client(self, client: paramiko.SSHClient, target: Target, sock: Any) -> None:
+        key_files = [k for k in target.key_files if os.path.isfile(k)]
+        client.connect(
+            target.hostname,
+            port=target.port,
+            username=target.user,
+            key_filename=key_files or None,  # type: ignore[arg-type]  # str or list
+            timeout=self.settings.connect_timeout,
+            banner_timeout=self.settings.banner_timeout,
+            auth_timeout=self.settings.auth_timeout,
+            channel_timeout=self.settings.channel_timeout,
+            allow_agent=True,
+            look_for_keys=not key_files,
+            sock=sock,
+        )
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        """Run one command; stdout/stderr drained concurrently; deadline ``timeout`` seconds."""
+        self.connect()
+        assert self._client is not None
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(f"{self.node.name}: connection lost", transient=True)
+        full = _with_env(command, env)
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        try:
+            chan = transport.open_session(timeout=self.settings.channel_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectError(
+                redact(f"{self.node.name}: cannot open a session: {exc}"), transient=True
+            ) from exc
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            chan.settimeout(self.settings.channel_timeout)
+            chan.exec_command(full)
+            if stdin:
+                view = bytes(stdin)
+                while view:
+                    if time.monotonic() > deadline:
+                        raise CommandTimeout(
+                            f"{self.node.name}: command ran past {timeout:.0f}s while sending "
+                            f"its input: {_short_cmd(command)}"
+                        )
+                    sent = chan.send(view[:32768])
+                    view = view[sent:]
+            chan.shutdown_write()
+            chan.setblocking(False)
+            while True:
+                got = False
+                while chan.recv_ready():
+                    out.append(chan.recv(65536))
+                    got = True
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                    got = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not (
+                    chan.recv_stderr_ready()
+                ):
+                    break
+                if chan.closed and not got:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeout(
+                        f"{self.node.name}: command ran past its {timeout:g}s deadline: "
+                        f"{_short_cmd(command)}"
+                    )
+                if not got:
+                    select.select([chan], [], [], min(0.05, remaining))
+            status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectError(
+                redact(f"{self.node.name}: connection lost while running a command: {exc}"),
+                transient=False,
+            ) from exc
+        finally:
+            chan.close()
+        return CommandResult(
+            exit_status=status,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            duration_s=time.monotonic() - t0,
+        )
+
+
+def _with_env(command: str, env: dict[str, str] | None) -> str:
+    """Prefix exports (sshd's AcceptEnv usually drops SSH env requests)."""
+    if not env:
+        return command
+    parts = []
+    for k, v in env.items():
+        if not _ENV_NAME.match(k):
+            raise ValueError(f"invalid environment variable name {k!r}")
+        parts.append(f"{k}={shlex.quote(v)}; export {k};")
+    return " ".join(parts) + " " + command
+
+
+def _short_cmd(command: str) -> str:
+    first = command.strip().splitlines()[0] if command.strip() else ""
+    return redact(first[:120] + ("..." if len(first) > 120 or "\n" in command.strip() else ""))
+
+
+def runner_factory(
+    settings: SSHSettings,
+) -> Callable[[Node], SSHRunner]:
+    """One ssh config parse for the whole run; a runner per node."""
+    config = load_ssh_config(settings.ssh_config)
+
+    def make(node: Node) -> SSHRunner:
+        return SSHRunner(node, settings, config=config)
+
+    return make
+
+
+__all__ = [
+    "SSHRunner",
+    "SSHSettings",
+    "Target",
+    "add_known_host",
+    "classify",
+    "describe_error",
+    "fingerprint",
+    "parse_jump",
+    "redact",
+    "resolve_target",
+    "runner_factory",
+    "with_retries",
+]

@@ -1,0 +1,246 @@
+"""SSHRunner against a real OpenSSH sshd on a loopback port (started by the test, no container).
+
+This proves what fakes cannot: host key checks against known_hosts files, the accept-new
+opt-in, a changed key, ProxyJump as a chained transport, draining large outputs, the command
+deadline, one connection reused for several commands, and the retry classification on a real
+refused port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
+from provisioner.inventory import Node
+from provisioner.ssh import SSHRunner, SSHSettings, fingerprint
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(SSHD) or os.geteuid() != 0,
+    reason="needs OpenSSH's sshd (openssh-server, installed by scripts/setup.sh) and root",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path)], check=True
+    )
+
+
+class Sshd:
+    def __init__(self, root: Path, host_key: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.host_key = host_key
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cfg = self.root / f"sshd_config.{self.port}"
+        cfg.write_text(
+            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\n"
+            f"PidFile {self.root}/sshd.{self.port}.pid\n"
+            f"AuthorizedKeysFile {self.root}/authorized_keys\nStrictModes no\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+            "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\nMaxStartups 100\n"
+            "LogLevel ERROR\n"
+        )
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("sshd did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    root = tmp_path_factory.mktemp("sshd")
+    _keygen(root / "host_key")
+    _keygen(root / "host_key2")
+    _keygen(root / "client_key")
+    _keygen(root / "other_key")
+    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+    sshd = Sshd(root, root / "host_key")
+    sshd.start()
+    host_pub = (root / "host_key.pub").read_text().split()
+    known = root / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {host_pub[0]} {host_pub[1]}\n")
+    try:
+        yield {"root": root, "sshd": sshd, "port": sshd.port, "known": known}
+    finally:
+        sshd.stop()
+
+
+def _settings(root: Path, **kw: object) -> SSHSettings:
+    base: dict[str, object] = {
+        "managed_known_hosts": str(root / "managed_known_hosts"),
+        "user_known_hosts": str(root / "no_user_known_hosts"),
+        "system_known_hosts": str(root / "no_system_known_hosts"),
+        "ssh_config": None,
+        "connect_timeout": 3.0,
+        "retry_delay_s": 0.01,
+    }
+    base.update(kw)
+    return SSHSettings(**base)  # type: ignore[arg-type]
+
+
+def _node(port: int, root: Path, known: Path | None, key: str = "client_key",
+          address: str = "127.0.0.1", **kw: object) -> Node:
+    opts = (("UserKnownHostsFile", str(known)),) if known else ()
+    return Node(name="n1", address=address, port=port, user="root",
+                key_file=str(root / key), ssh_options=opts, **kw)  # type: ignore[arg-type]
+
+
+def test_runs_commands_over_one_connection(lab: dict) -> None:
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        a = r.run("echo $SSH_CONNECTION; echo err >&2; exit 3", timeout=10)
+        b = r.run("echo $SSH_CONNECTION", timeout=10)
+        c = r.run("cat; printf %s \"$GREETING\"", timeout=10, stdin=b"in-put\n",
+                  env={"GREETING": "it's a $test"})
+    assert a.exit_status == 3
+    assert a.stderr == "err\n"
+    assert b.exit_status == 0
+    # same client source port: the connection was reused, not reopened
+    assert a.stdout.split()[1] == b.stdout.split()[1]
+    assert c.stdout == "in-put\nit's a $test"
+    assert r.connect_attempts == 1
+
+
+def test_large_output_on_both_streams_is_drained(lab: dict) -> None:
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        res = r.run(
+            "head -c 4000000 /dev/zero | tr '\\0' a; head -c 3000000 /dev/zero | tr '\\0' b >&2",
+            timeout=30,
+        )
+    assert res.exit_status == 0
+    assert len(res.stdout) == 4_000_000 and set(res.stdout) == {"a"}
+    assert len(res.stderr) == 3_000_000 and set(res.stderr) == {"b"}
+
+
+def test_command_deadline(lab: dict) -> None:
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        t0 = time.monotonic()
+        with pytest.raises(CommandTimeout, match="deadline"):
+            r.run("sleep 20", timeout=1)
+        assert time.monotonic() - t0 < 5
+        # the connection is still usable for the next command
+        assert r.run("echo ok", timeout=10).stdout == "ok\n"
+
+
+def test_unknown_host_key_is_refused_with_the_fix(lab: dict) -> None:
+    root, port = lab["root"], lab["port"]
+    empty = root / "empty_known_hosts"
+    empty.write_text("")
+    r = SSHRunner(_node(port, root, empty), _settings(root, retries=3))
+    with pytest.raises(HostKeyError) as ei:
+        r.run("true", timeout=5)
+    msg = str(ei.value)
+    assert f"ssh-keyscan -p {port} 127.0.0.1 >> {empty}" in msg
+    host_key = paramiko.Ed25519Key.from_private_key_file(str(root / "host_key"))
+    assert fingerprint(host_key) in msg
+    assert "--accept-new-host-keys" in msg
+    assert r.connect_attempts == 1  # never retried
+    assert not (root / "managed_known_hosts").exists()
+
+
+def test_accept_new_adds_to_managed_file_then_is_known(lab: dict, tmp_path: Path) -> None:
+    root, port = lab["root"], lab["port"]
+    managed = tmp_path / "state" / "known_hosts"
+    s = _settings(root, managed_known_hosts=str(managed), accept_new_host_keys=True)
+    with SSHRunner(_node(port, root, None), s) as r:
+        assert r.run("echo hi", timeout=5).stdout == "hi\n"
+    line = managed.read_text().strip()
+    assert line.startswith(f"[127.0.0.1]:{port} ssh-ed25519 ")
+    # without the opt-in, the managed file alone now makes the key known
+    s2 = _settings(root, managed_known_hosts=str(managed))
+    with SSHRunner(_node(port, root, None), s2) as r:
+        assert r.run("echo again", timeout=5).stdout == "again\n"
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(lab: dict, tmp_path: Path) -> None:
+    root, port = lab["root"], lab["port"]
+    other = (root / "host_key2.pub").read_text().split()
+    stale = tmp_path / "known_hosts"
+    stale.write_text(f"[127.0.0.1]:{port} {other[0]} {other[1]}\n")
+    managed = tmp_path / "managed"
+    s = _settings(root, managed_known_hosts=str(managed), accept_new_host_keys=True)
+    r = SSHRunner(_node(port, root, stale), s)
+    with pytest.raises(HostKeyError) as ei:
+        r.run("true", timeout=5)
+    msg = str(ei.value)
+    assert "CHANGED" in msg
+    assert f"ssh-keygen -R '[127.0.0.1]:{port}' -f {stale}" in msg
+    assert r.connect_attempts == 1
+    assert not managed.exists()
+    assert stale.read_text().split()[2] == other[1]  # the file was not touched
+
+
+def test_auth_failure_not_retried_and_no_key_material(lab: dict) -> None:
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    r = SSHRunner(_node(port, root, known, key="other_key"), _settings(root, retries=3))
+    with pytest.raises(ConnectError) as ei:
+        r.run("true", timeout=5)
+    msg = str(ei.value)
+    assert "authentication as 'root' failed" in msg
+    assert "PRIVATE KEY" not in msg
+    assert (root / "other_key").read_text().splitlines()[1] not in msg
+    assert r.connect_attempts == 1
+    assert not ei.value.transient
+
+
+def test_refused_port_is_retried_then_unreachable(lab: dict) -> None:
+    root, known = lab["root"], lab["known"]
+    port = _free_port()
+    r = SSHRunner(_node(port, root, known), _settings(root, retries=2))
+    with pytest.raises(ConnectError, match="connection refused") as ei:
+        r.run("true", timeout=5)
+    assert r.connect_attempts == 3
+    assert ei.value.transient
+
+
+def test_proxyjump_from_ssh_config(lab: dict, tmp_path: Path) -> None:
+    """Jump through the test sshd to itself: the second hop is a direct-tcpip channel."""
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host gpu-target\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+        f"  IdentityFile {root}/client_key\n  ProxyJump jumper\n"
+        f"Host jumper\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+        f"  IdentityFile {root}/client_key\n"
+    )
+    node = Node(name="n1", address="gpu-target", ssh_options=(("UserKnownHostsFile", str(known)),))
+    with SSHRunner(node, _settings(root, ssh_config=str(cfg))) as r:
+        assert [h.hostname for h in r.target.jumps] == ["127.0.0.1"]
+        res = r.run("echo $SSH_CONNECTION", timeout=10)
+        # seen from the target, the connection comes from the jump host's sshd (127.0.0.1)
+        assert res.stdout.split()[0] == "127.0.0.1"
+        assert len(r._hops) == 1

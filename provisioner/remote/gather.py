@@ -1,0 +1,325 @@
+"""gdsfleet read-only gather script: runs ON a node, prints ONE JSON document.
+
+Sent over SSH on stdin to ``python3 -``. Stdlib only, Python 3.8+. It changes nothing on the
+node: it reads files under /proc, /sys and /etc and runs read-only commands (uname, modinfo,
+nvidia-smi, ofed_info, dpkg-query/rpm, dkms status, lsblk, mokutil, gdscheck -p), each with
+a timeout. Every item is returned raw ({"rc", "out", "err"}); the orchestrator parses.
+
+Output: {"gdsfleet_gather": 1, "items": {name: {"kind", "rc", "out", "err", ...}}}
+rc: 0 = read/ran fine; None = file missing or command not found; otherwise the exit status.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+SCHEMA = 1
+CMD_TIMEOUT = 30.0
+GDSCHECK_TIMEOUT = 120.0
+MAX_TEXT = 512 * 1024
+
+KALLSYMS_WANTED = (
+    "nvme_v1_register_nvfs_dma_ops",
+    "nvme_v2_register_nvfs_dma_ops",
+    "nvme_v1_unregister_nvfs_dma_ops",
+    "nvme_v2_unregister_nvfs_dma_ops",
+    "p2pdma_pgmap_ops",
+    "pci_p2pdma_add_resource",
+)
+# Package names that matter for GDS (CUDA repo, distro archive look-alikes, MOFED/DOCA).
+PACKAGE_RE = re.compile(
+    r"^(nvidia-gds|libcufile|gds-tools|nvidia-fs|cuda-toolkit|cuda-drivers|cuda-cudart|"
+    r"doca-|mlnx-|mlnx_ofed|kmod-mlnx|kmod-nvidia|ofed|nvidia-driver|nvidia-open|"
+    r"nvidia-kernel|libnvidia-compute|dkms|linux-image|kernel-core|kernel$)"
+)
+
+
+def _trim(text: str) -> str:
+    if len(text) > MAX_TEXT:
+        return text[:MAX_TEXT] + "\n[gdsfleet: truncated]\n"
+    return text
+
+
+def read_file(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_TEXT + 1)
+        return {
+            "kind": "file",
+            "path": path,
+            "rc": 0,
+            "out": _trim(data.decode("utf-8", "replace")),
+            "err": "",
+        }
+    except FileNotFoundError:
+        return {"kind": "file", "path": path, "rc": None, "out": "", "err": "missing"}
+    except OSError as exc:
+        return {"kind": "file", "path": path, "rc": 1, "out": "", "err": str(exc)}
+
+
+def run(argv: list, timeout: float = CMD_TIMEOUT, env: dict | None = None) -> dict:
+    exe = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=_search_path())
+    if exe is None:
+        return {"kind": "cmd", "argv": argv, "rc": None, "out": "", "err": "not found"}
+    full_env = dict(os.environ)
+    full_env.setdefault("LC_ALL", "C")
+    full_env["PATH"] = _search_path()
+    if env:
+        full_env.update(env)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [exe] + list(argv[1:]),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env=full_env,
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            "kind": "cmd",
+            "argv": argv,
+            "rc": 124,
+            "out": "",
+            "err": f"timed out after {timeout}s",
+        }
+    except OSError as exc:
+        return {"kind": "cmd", "argv": argv, "rc": 126, "out": "", "err": str(exc)}
+    return {
+        "kind": "cmd",
+        "argv": [exe] + list(argv[1:]),
+        "rc": proc.returncode,
+        "out": _trim(proc.stdout.decode("utf-8", "replace")),
+        "err": _trim(proc.stderr.decode("utf-8", "replace")),
+        "duration_s": round(time.monotonic() - started, 3),
+    }
+
+
+def _search_path() -> str:
+    extra = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+    parts = [p for p in os.environ.get("PATH", "").split(":") if p]
+    for p in extra:
+        if p not in parts:
+            parts.append(p)
+    return ":".join(parts)
+
+
+def listdir(path: str) -> dict:
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        return {"kind": "dir", "path": path, "rc": None, "out": "", "err": "missing"}
+    except OSError as exc:
+        return {"kind": "dir", "path": path, "rc": 1, "out": "", "err": str(exc)}
+    return {"kind": "dir", "path": path, "rc": 0, "out": "\n".join(names), "err": ""}
+
+
+def module_params(module: str) -> dict:
+    """Parameters of a loaded module: name -> {value, writable}; rc None when not loaded."""
+    base = f"/sys/module/{module}"
+    if not os.path.isdir(base):
+        return {"kind": "module", "path": base, "rc": None, "out": "", "err": "not loaded"}
+    params = {}
+    pdir = os.path.join(base, "parameters")
+    if os.path.isdir(pdir):
+        for name in sorted(os.listdir(pdir)):
+            p = os.path.join(pdir, name)
+            try:
+                with open(p) as fh:
+                    value = fh.read().strip()
+            except OSError as exc:
+                value = None
+                params[name] = {"value": value, "writable": False, "error": str(exc)}
+                continue
+            params[name] = {"value": value, "writable": os.access(p, os.W_OK)}
+    version = read_file(os.path.join(base, "version"))
+    return {
+        "kind": "module",
+        "path": base,
+        "rc": 0,
+        "out": json.dumps(params, sort_keys=True),
+        "err": "",
+        "version": version["out"].strip() if version["rc"] == 0 else None,
+    }
+
+
+def grep_kallsyms() -> dict:
+    wanted = set(KALLSYMS_WANTED)
+    hits = []
+    try:
+        with open("/proc/kallsyms", "rb") as fh:
+            for raw in fh:
+                line = raw.decode("utf-8", "replace")
+                parts = line.split()
+                if len(parts) >= 3 and (parts[2] in wanted or "nvfs" in parts[2]):
+                    hits.append(line.rstrip("\n"))
+                    if len(hits) > 400:
+                        break
+    except FileNotFoundError:
+        return {"kind": "grep", "path": "/proc/kallsyms", "rc": None, "out": "", "err": "missing"}
+    except OSError as exc:
+        return {"kind": "grep", "path": "/proc/kallsyms", "rc": 1, "out": "", "err": str(exc)}
+    return {"kind": "grep", "path": "/proc/kallsyms", "rc": 0, "out": "\n".join(hits), "err": ""}
+
+
+def packages() -> dict:
+    if shutil.which("dpkg-query", path=_search_path()):
+        res = run(["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Abbrev}\\n"])
+        res["manager"] = "dpkg"
+    elif shutil.which("rpm", path=_search_path()):
+        res = run(["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\tii \\n"])
+        res["manager"] = "rpm"
+    else:
+        return {
+            "kind": "cmd",
+            "rc": None,
+            "out": "",
+            "err": "no dpkg-query or rpm",
+            "manager": None,
+        }
+    if res.get("out"):
+        keep = [ln for ln in res["out"].splitlines() if PACKAGE_RE.match(ln.split("\t", 1)[0])]
+        res["out"] = "\n".join(sorted(keep))
+    return res
+
+
+def lsblk() -> dict:
+    cols = "NAME,KNAME,PATH,TYPE,SIZE,TRAN,MODEL,SERIAL,WWN,FSTYPE,MOUNTPOINT,PKNAME,MAJ:MIN"
+    res = run(["lsblk", "--json", "--bytes", "-o", cols])
+    if res["rc"] not in (0, None):
+        # Older util-linux lacks some columns: fall back to the defaults.
+        res = run(["lsblk", "--json", "--bytes"])
+    return res
+
+
+def find_gdscheck() -> str | None:
+    found = shutil.which("gdscheck", path=_search_path())
+    if found:
+        return found
+    candidates = ["/usr/local/cuda/gds/tools/gdscheck"]
+    versioned = glob.glob("/usr/local/cuda-*/gds/tools/gdscheck")
+
+    def version_key(path: str) -> tuple:
+        m = re.search(r"cuda-(\d+)\.(\d+)", path)
+        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+    candidates += sorted(versioned, key=version_key, reverse=True)
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def find_libcufile() -> dict:
+    hits = []
+    ld = run(["ldconfig", "-p"])
+    for line in ld.get("out", "").splitlines():
+        if "libcufile.so" in line and "=>" in line:
+            hits.append(line.split("=>", 1)[1].strip())
+    for pattern in (
+        "/usr/local/cuda*/targets/*/lib/libcufile.so*",
+        "/usr/local/cuda*/lib64/libcufile.so*",
+        "/usr/lib/x86_64-linux-gnu/libcufile.so*",
+        "/usr/lib64/libcufile.so*",
+    ):
+        hits.extend(sorted(glob.glob(pattern)))
+    uniq = []
+    for h in hits:
+        if h not in uniq:
+            uniq.append(h)
+    return {"kind": "probe", "rc": 0 if uniq else None, "out": "\n".join(uniq), "err": ""}
+
+
+def gather() -> dict:
+    items = {}
+    uname = platform.uname()
+    items["uname"] = {
+        "kind": "probe",
+        "rc": 0,
+        "err": "",
+        "out": f"{uname.system} {uname.release} {uname.version} {uname.machine}",
+    }
+    items["kernel_release"] = {"kind": "probe", "rc": 0, "out": uname.release, "err": ""}
+    items["machine"] = {"kind": "probe", "rc": 0, "out": uname.machine, "err": ""}
+    items["hostname"] = {"kind": "probe", "rc": 0, "out": uname.node, "err": ""}
+    items["python"] = {"kind": "probe", "rc": 0, "out": sys.version.split()[0], "err": ""}
+    files = {
+        "os_release": "/etc/os-release",
+        "boot_id": "/proc/sys/kernel/random/boot_id",
+        "uptime": "/proc/uptime",
+        "nvidia_version": "/proc/driver/nvidia/version",
+        "nvfs_version": "/proc/driver/nvidia-fs/version",
+        "nvfs_stats": "/proc/driver/nvidia-fs/stats",
+        "nvfs_devcount": "/proc/driver/nvidia-fs/devcount",
+        "nvme_multipath": "/sys/module/nvme_core/parameters/multipath",
+        "cmdline": "/proc/cmdline",
+        "mounts": "/proc/self/mounts",
+        "reboot_required": "/var/lib/gdsfleet/reboot-required",
+        "nvfs_modules_load": "/etc/modules-load.d/nvidia_fs.conf",
+    }
+    for key, path in files.items():
+        items[key] = read_file(path)
+    cufile_path = os.environ.get("CUFILE_ENV_PATH_JSON") or "/etc/cufile.json"
+    items["cufile_json"] = read_file(cufile_path)
+    items["cufile_json"]["env_override"] = bool(os.environ.get("CUFILE_ENV_PATH_JSON"))
+    info = []
+    for path in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        res = read_file(path)
+        if res["rc"] == 0:
+            info.append("# " + path + "\n" + res["out"])
+    items["nvidia_gpus_information"] = {
+        "kind": "file",
+        "rc": 0 if info else None,
+        "out": "\n".join(info),
+        "err": "",
+    }
+    items["nvidia_module"] = module_params("nvidia")
+    items["nvfs_module"] = module_params("nvidia_fs")
+    items["nvme_module"] = module_params("nvme")
+    items["iommu_class"] = listdir("/sys/class/iommu")
+    items["kallsyms"] = grep_kallsyms()
+    items["modinfo_license"] = run(["modinfo", "-F", "license", "nvidia"])
+    items["modinfo_nvfs_version"] = run(["modinfo", "-F", "version", "nvidia_fs"])
+    items["nvidia_smi_L"] = run(["nvidia-smi", "-L"])
+    items["nvidia_smi_query"] = run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,pci.bus_id,driver_version,uuid",
+            "--format=csv,noheader",
+        ]
+    )
+    items["ofed_info"] = run(["ofed_info", "-s"])
+    items["packages"] = packages()
+    items["dkms_status"] = run(["dkms", "status"])
+    items["lsblk"] = lsblk()
+    items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
+    items["libcufile"] = find_libcufile()
+    gdscheck = find_gdscheck()
+    if gdscheck is None:
+        items["gdscheck"] = {"kind": "cmd", "rc": None, "out": "", "err": "not found"}
+    else:
+        items["gdscheck"] = run([gdscheck, "-p"], timeout=GDSCHECK_TIMEOUT)
+    return {"gdsfleet_gather": SCHEMA, "items": items}
+
+
+def main() -> int:
+    try:
+        doc = gather()
+    except Exception as exc:  # noqa: BLE001 - report, never crash without a document
+        doc = {"gdsfleet_gather": SCHEMA, "items": {}, "error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(doc, sort_keys=True))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

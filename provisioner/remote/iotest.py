@@ -1,0 +1,346 @@
+"""gdsfleet kvikio I/O test: runs ON a node, prints ONE JSON document on stdout.
+
+Sent over SSH on stdin to ``python3 - '<options json>'``. Stdlib only, Python 3.8+; uses the
+node's kvikio and cupy (only the API subset named in docs/checks.md, looked up defensively).
+
+What it does:
+1. checks the target directory; turns nvidia-fs ``rw_stats_enabled`` on when asked and the
+   node allows it (restored afterwards), and snapshots /proc/driver/nvidia-fs/stats;
+2. attempt "OFF": in a forked child with ``KVIKIO_COMPAT_MODE=OFF`` and
+   ``CUFILE_ALLOW_COMPAT_MODE=false`` (no silent fallback), writes ``size`` bytes of random data
+   from GPU memory with kvikio, reads them back into GPU memory, compares on the GPU, times both;
+3. snapshots the stats again; when the direct attempt failed and ``try_compat`` is set, attempt
+   "ON" (POSIX through kvikio) tells whether I/O works at all;
+4. always restores rw_stats_enabled and removes the test file (unless ``keep_file``).
+
+Each attempt runs in its own forked child (kvikio reads KVIKIO_COMPAT_MODE at import; a CUDA
+crash cannot take the report down). The parent never imports cupy or kvikio.
+The orchestrator, not this script, decides which path the data took (it parses the stats).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+import uuid
+from typing import Any
+
+SCHEMA = 1
+STATS = "/proc/driver/nvidia-fs/stats"
+RW_STATS = "/sys/module/nvidia_fs/parameters/rw_stats_enabled"
+MARK = "@@gdsfleet-attempt@@"
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def write_text(path: str, value: str) -> str | None:
+    """Write ``value``; return an error message or None."""
+    try:
+        with open(path, "w") as fh:
+            fh.write(value)
+        return None
+    except OSError as exc:
+        return str(exc)
+
+
+def _safe(fn, default=None):  # type: ignore[no-untyped-def]
+    try:
+        value = fn()
+    except Exception as exc:  # noqa: BLE001 - evidence gathering must not stop the test
+        return default if default is not None else f"error: {exc}"
+    return value
+
+
+def _plain(value):  # type: ignore[no-untyped-def]
+    """JSON-safe rendering of values coming from kvikio/cupy (enums, bytes, tuples)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").rstrip("\x00")
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(value)
+
+
+def compat_preferred(kvikio) -> object:  # type: ignore[no-untyped-def]
+    defaults = getattr(kvikio, "defaults", None)
+    for attr in ("is_compat_mode_preferred", "compat_mode"):
+        fn = getattr(defaults, attr, None)
+        if callable(fn):
+            value = _safe(fn)
+            if attr == "compat_mode":
+                return {"compat_mode": _plain(value)}
+            return _plain(value)
+    return None
+
+
+def _sync(cupy) -> None:  # type: ignore[no-untyped-def]
+    runtime = getattr(getattr(cupy, "cuda", None), "runtime", None)
+    fn = getattr(runtime, "deviceSynchronize", None)
+    if callable(fn):
+        _safe(fn)
+
+
+def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
+    """One write/read/compare cycle. Runs in a forked child; returns the evidence."""
+    res: dict[str, Any] = {
+        "mode": mode,
+        "ok": False,
+        "stage": "import",
+        "error": None,
+        "bytes": size,
+        "verified": False,
+        "write_s": None,
+        "read_s": None,
+    }
+    os.environ["KVIKIO_COMPAT_MODE"] = mode
+    if mode == "OFF":
+        # cuFile must not fall back to POSIX on its own either: an error, not a slow success.
+        os.environ["CUFILE_ALLOW_COMPAT_MODE"] = "false"
+    res["env"] = {
+        k: os.environ[k]
+        for k in ("KVIKIO_COMPAT_MODE", "CUFILE_ALLOW_COMPAT_MODE", "CUFILE_ENV_PATH_JSON")
+        if k in os.environ
+    }
+    try:
+        import cupy  # type: ignore[import-not-found]
+    except Exception as exc:  # noqa: BLE001
+        res["error"] = f"cupy is not importable with {sys.executable}: {exc}"
+        res["missing"] = "cupy"
+        return res
+    res["cupy_version"] = _plain(getattr(cupy, "__version__", None))
+    try:
+        import kvikio  # type: ignore[import-not-found]
+    except Exception as exc:  # noqa: BLE001
+        res["error"] = f"kvikio is not importable with {sys.executable}: {exc}"
+        res["missing"] = "kvikio"
+        return res
+    res["kvikio_version"] = _plain(getattr(kvikio, "__version__", None))
+
+    res["stage"] = "gpu"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # noqa: BLE001
+        res["error"] = f"no usable CUDA GPU: {exc}"
+        res["missing"] = "gpu"
+        return res
+    res["gpu_count"] = count
+    if count < 1:
+        res["error"] = "no CUDA GPU visible (getDeviceCount() == 0)"
+        res["missing"] = "gpu"
+        return res
+    props = _safe(lambda: cupy.cuda.runtime.getDeviceProperties(0), {})
+    res["gpu_name"] = _plain(props.get("name")) if isinstance(props, dict) else None
+
+    res["stage"] = "driver"
+    driver: Any = getattr(kvikio, "cufile_driver", None)
+    properties: Any = getattr(driver, "properties", None)
+    res["is_gds_available"] = _plain(_safe(lambda: properties.is_gds_available))
+    res["libcufile_version"] = _plain(_safe(lambda: driver.libcufile_version()))
+    res["compat_mode_preferred"] = compat_preferred(kvikio)
+
+    data = buf = None
+    try:
+        res["stage"] = "data"
+        data = cupy.random.randint(0, 256, size=size, dtype=cupy.uint8)
+        _sync(cupy)
+        res["stage"] = "open_write"
+        fh = kvikio.CuFile(file_path, "w")
+        try:
+            res["handle_compat_preferred"] = _plain(
+                _safe(getattr(fh, "is_compat_mode_preferred", lambda: None))
+            )
+            res["stage"] = "write"
+            t0 = time.perf_counter()
+            written = fh.write(data)
+        finally:
+            fh.close()
+        # Count the flush to the device in the write time; drop the page cache so a compat
+        # read-back is not served from memory.
+        fd = os.open(file_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            res["write_s"] = time.perf_counter() - t0
+            if hasattr(os, "posix_fadvise"):
+                _safe(lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED))
+        finally:
+            os.close(fd)
+        res["written"] = _plain(written)
+        res["stage"] = "open_read"
+        buf = cupy.empty(size, dtype=cupy.uint8)
+        fh = kvikio.CuFile(file_path, "r")
+        try:
+            res["stage"] = "read"
+            t0 = time.perf_counter()
+            read = fh.read(buf)
+            _sync(cupy)
+            res["read_s"] = time.perf_counter() - t0
+        finally:
+            fh.close()
+        res["read"] = _plain(read)
+        res["stage"] = "compare"
+        res["verified"] = bool(cupy.array_equal(data, buf))
+        if not res["verified"]:
+            res["error"] = "data read back differs from data written"
+        else:
+            res["ok"] = True
+            res["stage"] = "done"
+    except Exception as exc:  # noqa: BLE001 - the message is the evidence
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        res["traceback"] = traceback.format_exc(limit=4)[-2000:]
+    finally:
+        if not keep:
+            with contextlib.suppress(OSError):
+                os.unlink(file_path)
+    return res
+
+
+def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float) -> dict:
+    """Fork a child for one attempt; collect its JSON through a pipe within ``timeout``."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(rfd)
+        os.dup2(2, 1)  # library chatter goes to stderr, never into our JSON
+        try:
+            out = attempt(mode, file_path, size, keep)
+        except BaseException as exc:  # noqa: BLE001
+            out = {"mode": mode, "ok": False, "stage": "crash", "error": repr(exc)}
+        try:
+            os.write(wfd, json.dumps(out, default=str).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([rfd], [], [], min(left, 5.0))
+        if ready:
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.close(rfd)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return {
+            "mode": mode,
+            "ok": False,
+            "stage": "timeout",
+            "error": f"attempt did not finish within {timeout}s",
+        }
+    try:
+        return json.loads(b"".join(chunks).decode())
+    except ValueError:
+        return {
+            "mode": mode,
+            "ok": False,
+            "stage": "crash",
+            "error": f"attempt child died (wait status {status}) before reporting",
+        }
+
+
+def main() -> int:
+    opts = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    directory = str(opts.get("path") or "/mnt/gds")
+    size = int(opts.get("size_bytes") or (1 << 30))
+    size = max(4096, (size + 4095) // 4096 * 4096)
+    keep = bool(opts.get("keep_file", False))
+    timeout = float(opts.get("timeout_s") or 600.0)
+    out: dict[str, Any] = {
+        "gdsfleet_iotest": SCHEMA,
+        "status": "ran",
+        "reason": None,
+        "path": directory,
+        "size_bytes": size,
+        "python": sys.version.split()[0],
+        "attempts": [],
+        "rw_stats": {},
+        "stats_before": None,
+        "stats_after_direct": None,
+        "stats_after_compat": None,
+        "file": None,
+        "file_removed": None,
+    }
+    started = time.monotonic()
+    if not os.path.isdir(directory):
+        out["status"] = "skipped"
+        out["reason"] = (
+            f"test directory {directory} does not exist (is the GDS filesystem mounted?)"
+        )
+        return _emit(out)
+    if not os.access(directory, os.W_OK):
+        out["status"] = "skipped"
+        out["reason"] = f"test directory {directory} is not writable by this user"
+        return _emit(out)
+    file_path = os.path.join(directory, f".gdsfleet-iotest-{uuid.uuid4().hex[:12]}.bin")
+    out["file"] = file_path
+    rw: dict[str, Any] = out["rw_stats"]
+    original = read_text(RW_STATS)
+    rw["present"] = original is not None
+    rw["before"] = original.strip() if original is not None else None
+    rw["writable"] = original is not None and os.access(RW_STATS, os.W_OK)
+    try:
+        if opts.get("enable_rw_stats", True) and rw["writable"] and rw["before"] != "1":
+            rw["set_error"] = write_text(RW_STATS, "1")
+            rw["set_to"] = "1" if rw["set_error"] is None else None
+        during = read_text(RW_STATS)
+        rw["during"] = during.strip() if during is not None else None
+        out["stats_before"] = read_text(STATS)
+        direct = run_attempt("OFF", file_path, size, keep, timeout)
+        out["attempts"].append(direct)
+        out["stats_after_direct"] = read_text(STATS)
+        missing = direct.get("missing")
+        if missing:
+            out["status"] = "skipped"
+            out["reason"] = direct.get("error")
+        elif not direct.get("ok") and opts.get("try_compat", True):
+            compat = run_attempt("ON", file_path, size, keep, timeout)
+            out["attempts"].append(compat)
+            out["stats_after_compat"] = read_text(STATS)
+    finally:
+        if rw.get("set_to") == "1" and rw["before"] is not None:
+            rw["restore_error"] = write_text(RW_STATS, rw["before"])
+            after = read_text(RW_STATS)
+            rw["after"] = after.strip() if after is not None else None
+        if not keep and os.path.exists(file_path):
+            try:
+                os.unlink(file_path)
+            except OSError as exc:
+                out["remove_error"] = str(exc)
+        out["file_removed"] = not os.path.exists(file_path)
+        out["duration_s"] = round(time.monotonic() - started, 3)
+    return _emit(out)
+
+
+def _emit(doc: dict) -> int:
+    sys.stdout.write(json.dumps(doc, default=str, sort_keys=True))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

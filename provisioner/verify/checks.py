@@ -1,0 +1,604 @@
+"""Checks: facts + I/O test result + policy -> CheckResult list, route and compliance (pure).
+
+Every check has a stable id (docs/checks.md lists them with what to do). A check that does not
+apply to the node's route is ``skip`` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from provisioner.verify.model import (
+    FAIL,
+    PASS,
+    PATH_COMPAT,
+    PATH_DIRECT,
+    PATH_FAILED,
+    PATH_SKIPPED,
+    SKIP,
+    WARN,
+    CheckResult,
+    IoTestResult,
+)
+from provisioner.verify.parsers import storage
+from provisioner.verify.parsers.driver import version_tuple
+from provisioner.verify.policy import Policy
+
+DIRECT_ROUTES = ("nvfs", "p2pdma")
+
+
+def _gc_nvme(facts: dict[str, Any]) -> dict[str, Any] | None:
+    parsed = (facts.get("gdscheck") or {}).get("parsed") or {}
+    nvme = parsed.get("nvme")
+    return nvme if isinstance(nvme, dict) else None
+
+
+def stack_present(facts: dict[str, Any]) -> bool:
+    """Whether any part of a GDS stack is installed (libcufile, cufile.json, gdscheck,
+    nvidia-fs)."""
+    pk = facts.get("packages") or {}
+    return bool(
+        (facts.get("libcufile") or {}).get("found")
+        or pk.get("libcufile")
+        or pk.get("nvidia_gds")
+        or (facts.get("cufile") or {}).get("present")
+        or (facts.get("gdscheck") or {}).get("found")
+        or (facts.get("nvfs") or {}).get("loaded")
+    )
+
+
+def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
+    nvfs = facts.get("nvfs") or {}
+    ks = facts.get("kallsyms") or {}
+    cf = facts.get("cufile") or {}
+    return {
+        "nvfs": bool(nvfs.get("loaded") and ks.get("nvfs_dma_ops")),
+        "p2pdma": bool(
+            ks.get("p2pdma_pgmap_ops") and cf.get("use_pci_p2pdma")
+            and cf.get("block_nvme_use_pci_p2pdma")
+        ),
+        "gdscheck": (_gc_nvme(facts) or {}).get("route"),
+        "stack": stack_present(facts),
+    }
+
+
+def determine_route(facts: dict[str, Any]) -> str:
+    """nvfs | p2pdma | compat | none, from the node's own evidence. gdscheck's DRIVER
+    CONFIGURATION wins when it names a direct route; otherwise the kernel symbols, the loaded
+    module and cufile.json decide."""
+    ev = route_evidence(facts)
+    gc = ev["gdscheck"]
+    if gc in ("p2pdma", "nvfs"):
+        return str(gc)
+    if gc in ("compat", "unsupported"):
+        return "compat"
+    if ev["nvfs"]:
+        return "nvfs"
+    if ev["p2pdma"]:
+        return "p2pdma"
+    if ev["stack"]:
+        return "compat"
+    return "none"
+
+
+def _target_route(route: str, policy: Policy) -> str | None:
+    """The route whose prerequisites apply: the policy's, else the observed direct one."""
+    if policy.expected_route in DIRECT_ROUTES:
+        return policy.expected_route
+    if route in DIRECT_ROUTES:
+        return route
+    return None
+
+
+def _vge(have: str | None, want: str) -> bool:
+    return bool(have) and version_tuple(have) >= version_tuple(want)
+
+
+class _Checks:
+    def __init__(self, facts: dict[str, Any], io: IoTestResult, policy: Policy, route: str,
+                 io_path: str | None) -> None:
+        self.f = facts
+        self.io = io
+        self.p = policy
+        self.route = route
+        self.target = _target_route(route, policy)
+        self.io_path = io_path
+        self.out: list[CheckResult] = []
+
+    def add(self, cid: str, status: str, expected: str, observed: str, message: str) -> None:
+        self.out.append(CheckResult(cid, status, expected, observed, message))
+
+    # -- GPU and driver -------------------------------------------------------------------
+    def gpu(self) -> None:
+        g = self.f.get("gpu") or {}
+        if g.get("driver_loaded"):
+            self.add("gpu.driver.loaded", PASS, "NVIDIA driver loaded",
+                     f"loaded, version {g.get('driver_version') or '?'}",
+                     "NVIDIA driver is loaded.")
+        else:
+            self.add("gpu.driver.loaded", FAIL, "NVIDIA driver loaded",
+                     "no /proc/driver/nvidia/version and no /sys/module/nvidia",
+                     "Install and load the NVIDIA open GPU driver (gdsfleet does not install "
+                     "drivers), then run verify again.")
+        flavor = g.get("driver_flavor")
+        if not g.get("driver_loaded") and not flavor:
+            self.add("gpu.driver.open", SKIP, "open kernel module", "no driver",
+                     "Skipped: no GPU driver is loaded.")
+        elif flavor == "open":
+            self.add("gpu.driver.open", PASS, "open kernel module", "open",
+                     "The open GPU kernel module is loaded, as nvidia-fs >= 2.17.5 requires.")
+        else:
+            self.add("gpu.driver.open", FAIL, "open kernel module", str(flavor or "unknown"),
+                     "nvidia-fs needs the OPEN NVIDIA kernel module (modinfo -F license nvidia "
+                     "prints 'Dual MIT/GPL'). Install the open driver flavour "
+                     "(e.g. nvidia-open / nvidia-driver-XXX-open) and reboot.")
+        count = int(g.get("count") or 0)
+        if count > 0:
+            names = ", ".join(sorted({str(x.get("name")) for x in g.get("gpus") or []}))
+            self.add("gpu.present", PASS, ">= 1 GPU", f"{count} ({names})", "GPUs are visible.")
+        else:
+            self.add("gpu.present", FAIL, ">= 1 GPU", "0",
+                     "No NVIDIA GPU is visible (nvidia-smi -L lists none). Check the hardware, "
+                     "the driver and that this node belongs in the GDS fleet.")
+        version = g.get("driver_version")
+        if self.target == "p2pdma":
+            ok = _vge(version, self.p.min_p2pdma_driver)
+            self.add("gpu.driver.version", PASS if ok else FAIL,
+                     f">= {self.p.min_p2pdma_driver} (p2pdma route)", str(version or "unknown"),
+                     "Driver is new enough for the p2pdma route." if ok else
+                     f"The p2pdma route needs the open driver >= {self.p.min_p2pdma_driver}: "
+                     "upgrade the driver.")
+        else:
+            self.add("gpu.driver.version", PASS if version else SKIP, "a driver version",
+                     str(version or "unknown"),
+                     "Driver version recorded." if version else "Skipped: no driver version.")
+
+    # -- kernel, OS --------------------------------------------------------------------------
+    def kernel(self) -> None:
+        k = self.f.get("kernel") or {}
+        ver = tuple(k.get("version") or ())
+        if not ver:
+            self.add("kernel.version", WARN, ">= 4.15", "unknown",
+                     "Could not read the kernel release.")
+        elif ver < (4, 15):
+            self.add("kernel.version", FAIL, ">= 4.15", k.get("release", "?"),
+                     "nvidia-fs needs kernel 4.15 or newer: upgrade the kernel.")
+        else:
+            self.add("kernel.version", PASS, ">= 4.15", str(k.get("release")),
+                     "Kernel is new enough for nvidia-fs (new kernels need a matching nvidia-fs "
+                     "release: 2.26.6 for 6.11/6.14, 2.28.2 for 6.17).")
+
+    # -- nvidia-fs (nvfs route) --------------------------------------------------------------
+    def nvfs(self) -> None:
+        n = self.f.get("nvfs") or {}
+        if self.target == "p2pdma":
+            for cid in ("nvfs.module.loaded", "nvfs.version", "nvfs.nvme.patched", "nvfs.persist",
+                        "nvfs.dkms", "mofed.installed"):
+                self.add(cid, SKIP, "n/a on p2pdma", "p2pdma route",
+                         "Skipped: the p2pdma route does not use nvidia-fs or MOFED/DOCA.")
+            return
+        if n.get("loaded"):
+            self.add("nvfs.module.loaded", PASS, "nvidia_fs loaded", "loaded",
+                     "nvidia_fs is loaded (/sys/module/nvidia_fs).")
+        else:
+            installed = n.get("installed_version")
+            hint = (f"nvidia-fs {installed} is installed but not loaded: run `modprobe nvidia_fs` "
+                    "and check dmesg" if installed else
+                    "nvidia-fs is not installed for this kernel: run the gdsfleet.gds.nvidia_fs "
+                    "role (nvidia-fs-dkms) and check `dkms status`")
+            self.add("nvfs.module.loaded", FAIL, "nvidia_fs loaded", "not loaded", hint + ".")
+        ver = n.get("version")
+        if not n.get("loaded"):
+            self.add("nvfs.version", SKIP, f">= {self.p.min_nvfs_version}", "not loaded",
+                     "Skipped: nvidia_fs is not loaded.")
+        elif _vge(ver, self.p.min_nvfs_version):
+            self.add("nvfs.version", PASS, f">= {self.p.min_nvfs_version}", str(ver),
+                     "nvidia-fs version meets the policy.")
+        else:
+            self.add("nvfs.version", FAIL, f">= {self.p.min_nvfs_version}", str(ver or "unknown"),
+                     "Upgrade nvidia-fs (nvidia-fs-dkms from the CUDA repository) and reload it.")
+        ks = self.f.get("kallsyms") or {}
+        sym = ks.get("nvfs_dma_ops")
+        if sym:
+            self.add("nvfs.nvme.patched", PASS, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms", sym,
+                     "The NVMe driver is the GDS-patched one (MOFED/DOCA).")
+        elif not ks.get("readable", True):
+            self.add("nvfs.nvme.patched", WARN, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms",
+                     "/proc/kallsyms unreadable", "Could not read /proc/kallsyms.")
+        else:
+            self.add("nvfs.nvme.patched", FAIL, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms",
+                     "absent",
+                     "The loaded nvme driver is not GDS-patched, so local NVMe I/O can only run in "
+                     "compat mode. Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
+                     "rebuild the initramfs and reboot; or switch the node to the p2pdma route.")
+        persist = n.get("persist_file")
+        if persist is not None and "nvidia_fs" in persist.split():
+            self.add("nvfs.persist", PASS, "nvidia_fs in /etc/modules-load.d", "present",
+                     "nvidia_fs loads at boot.")
+        else:
+            self.add("nvfs.persist", WARN, "nvidia_fs in /etc/modules-load.d",
+                     "absent" if persist is None else "file without nvidia_fs",
+                     "nvidia_fs may not load after a reboot: add it to "
+                     "/etc/modules-load.d/nvidia_fs.conf (the nvidia_fs role does).")
+        dk = self.f.get("dkms") or {}
+        release = (self.f.get("kernel") or {}).get("release")
+        if not dk.get("available"):
+            self.add("nvfs.dkms", SKIP, "nvidia-fs built for the running kernel", "no dkms",
+                     "Skipped: dkms is not installed (nvidia-fs may come from a kmod package).")
+        else:
+            mods = [m for m in dk.get("modules") or [] if m.get("module") == "nvidia-fs"]
+            built = [m for m in mods
+                     if m.get("kernel") == release and m.get("state") == "installed"]
+            if built:
+                self.add("nvfs.dkms", PASS, f"nvidia-fs installed for {release}",
+                         f"nvidia-fs/{built[0].get('version')}: installed",
+                         "DKMS built nvidia-fs for the running kernel.")
+            else:
+                seen = "; ".join(f"{m.get('version')} {m.get('kernel')} {m.get('state')}"
+                                 for m in mods) or "no nvidia-fs entry"
+                self.add("nvfs.dkms", WARN, f"nvidia-fs installed for {release}", seen,
+                         "DKMS has no nvidia-fs build for the running kernel: run "
+                         f"`dkms autoinstall -k {release}` and check the build log before the next "
+                         "reboot.")
+        of = self.f.get("ofed") or {}
+        if of.get("version"):
+            self.add("mofed.installed", PASS, "MOFED or DOCA-OFED", f"{of.get('raw')}",
+                     "MOFED/DOCA is installed.")
+        else:
+            self.add("mofed.installed", WARN if self.target == "nvfs" else SKIP,
+                     "MOFED or DOCA-OFED", "ofed_info not found",
+                     "The nvfs route needs the GDS-patched NVMe driver from DOCA (doca-ofed + "
+                     "mlnx-nvme-dkms) or MLNX_OFED: run the gdsfleet.gds.mofed role."
+                     if self.target == "nvfs" else "Skipped: route is not nvfs.")
+
+    # -- p2pdma route ------------------------------------------------------------------------
+    def p2pdma(self) -> None:
+        ks = self.f.get("kallsyms") or {}
+        cf = self.f.get("cufile") or {}
+        mp = (self.f.get("nvme") or {}).get("multipath")
+        machine = (self.f.get("kernel") or {}).get("machine") or ""
+        if self.target != "p2pdma":
+            for cid in ("p2pdma.kernel", "p2pdma.nvme_multipath"):
+                self.add(cid, SKIP, "n/a", f"route {self.route}",
+                         "Skipped: the node is not on the p2pdma route.")
+            block = cf.get("block_nvme_use_pci_p2pdma")
+            if block and not ks.get("p2pdma_pgmap_ops"):
+                self.add("p2pdma.cufile", FAIL, "block.nvme.use_pci_p2pdma false off p2pdma",
+                         "true without kernel P2PDMA",
+                         "block.nvme.use_pci_p2pdma is true but the kernel has no P2PDMA: NVMe "
+                         "I/O fails instead of falling back. Set it false in cufile.json.")
+            else:
+                self.add("p2pdma.cufile", SKIP, "n/a", f"route {self.route}",
+                         "Skipped: the node is not on the p2pdma route.")
+            return
+        if ks.get("p2pdma_pgmap_ops"):
+            self.add("p2pdma.kernel", PASS, "p2pdma_pgmap_ops in kallsyms", "present",
+                     "The kernel has PCI P2PDMA.")
+        else:
+            self.add("p2pdma.kernel", FAIL, "p2pdma_pgmap_ops in kallsyms", "absent",
+                     "The kernel lacks PCI P2PDMA: boot a kernel with CONFIG_PCI_P2PDMA (Ubuntu "
+                     ">= 6.2) or use the nvfs route.")
+        if mp == "N":
+            self.add("p2pdma.nvme_multipath", PASS, "N", "N", "NVMe multipath is off.")
+        elif not machine.startswith("x86"):
+            self.add("p2pdma.nvme_multipath", SKIP, "N (x86 only)", str(mp),
+                     "Skipped: the multipath requirement applies to x86.")
+        else:
+            self.add("p2pdma.nvme_multipath", FAIL, "N", str(mp),
+                     "Set `options nvme_core multipath=N` in /etc/modprobe.d, rebuild the "
+                     "initramfs and reboot.")
+        a, b = cf.get("use_pci_p2pdma"), cf.get("block_nvme_use_pci_p2pdma")
+        if a and b:
+            self.add("p2pdma.cufile", PASS, "both use_pci_p2pdma keys true", "true, true",
+                     "cufile.json enables P2PDMA for NVMe.")
+        else:
+            self.add("p2pdma.cufile", FAIL, "both use_pci_p2pdma keys true",
+                     f"properties={a}, block.nvme={b}",
+                     "Set properties.use_pci_p2pdma and block.nvme.use_pci_p2pdma to true in "
+                     "cufile.json (the gdsfleet.gds.cufile role does with gds_route: p2pdma).")
+
+    # -- cuFile ------------------------------------------------------------------------------
+    def cufile(self) -> None:
+        cf = self.f.get("cufile") or {}
+        path = cf.get("path") or "/etc/cufile.json"
+        if not cf.get("present"):
+            self.add("cufile.json.valid", FAIL, f"{path} present and valid", "missing",
+                     f"{path} does not exist: run the gdsfleet.gds.cufile role.")
+        elif not cf.get("valid"):
+            self.add("cufile.json.valid", FAIL, f"{path} present and valid",
+                     str(cf.get("error")), f"Fix {path}: {cf.get('error')}.")
+        elif cf.get("unknown_keys"):
+            sug = cf.get("suggestions") or {}
+            items = ", ".join(f"{k}" + (f" (did you mean {sug[k]}?)" if k in sug else "")
+                              for k in cf["unknown_keys"])
+            self.add("cufile.json.valid", WARN, "only known keys", f"unknown: {items}",
+                     "cuFile ignores unknown keys: rename or remove them.")
+        else:
+            self.add("cufile.json.valid", PASS, f"{path} present and valid", "valid",
+                     "cufile.json parses" + (" (after stripping comments)." if cf.get(
+                         "had_comments") else "."))
+        if not cf.get("valid"):
+            self.add("cufile.compat_mode", SKIP, "allow_compat_mode false", "no valid file",
+                     "Skipped: cufile.json is missing or invalid.")
+        elif cf.get("force_compat_mode"):
+            self.add("cufile.compat_mode", FAIL, "force_compat_mode false",
+                     "force_compat_mode true",
+                     "force_compat_mode sends all I/O through the CPU: set it false.")
+        elif self.p.require_allow_compat_false and cf.get("allow_compat_mode"):
+            self.add("cufile.compat_mode", FAIL, "allow_compat_mode false",
+                     "allow_compat_mode true",
+                     "With allow_compat_mode true a broken node silently runs through the CPU. "
+                     "Set properties.allow_compat_mode false (gdsfleet.gds.cufile role).")
+        else:
+            self.add("cufile.compat_mode", PASS,
+                     "allow_compat_mode false" if self.p.require_allow_compat_false else
+                     "force_compat_mode false",
+                     f"allow_compat_mode {str(cf.get('allow_compat_mode')).lower()}",
+                     "cuFile cannot silently fall back to POSIX." if not cf.get(
+                         "allow_compat_mode") else "Compat fallback allowed by policy.")
+        lib = self.f.get("libcufile") or {}
+        pk = self.f.get("packages") or {}
+        if lib.get("found") or pk.get("libcufile"):
+            where = ", ".join(sorted(pk.get("libcufile") or {})) or ", ".join(lib.get("paths", []))
+            self.add("libcufile.present", PASS, "libcufile installed", where,
+                     "libcufile is installed.")
+        else:
+            self.add("libcufile.present", FAIL, "libcufile installed", "not found",
+                     "Install libcufile-X-Y from the CUDA repository (gdsfleet.gds.cuda role).")
+        look = pk.get("distro_lookalikes") or []
+        if look:
+            self.add("packages.gds", WARN, "CUDA repository GDS packages",
+                     ", ".join(look),
+                     "Packages from the distribution's own archive are installed: remove them "
+                     "and use the CUDA repository's -X-Y packages.")
+        elif pk.get("nvidia_gds") or pk.get("gds_tools"):
+            names = sorted({**(pk.get("nvidia_gds") or {}), **(pk.get("gds_tools") or {})}.items())
+            self.add("packages.gds", PASS, "CUDA repository GDS packages",
+                     ", ".join(f"{k}={v}" for k, v in names), "GDS packages are installed.")
+        elif pk.get("manager"):
+            self.add("packages.gds", WARN, "CUDA repository GDS packages", "none found",
+                     "No nvidia-gds-X-Y / gds-tools-X-Y package is installed: run the "
+                     "gdsfleet.gds.cuda role.")
+        else:
+            self.add("packages.gds", SKIP, "CUDA repository GDS packages", "no package manager",
+                     "Skipped: neither dpkg-query nor rpm is available.")
+
+    # -- filesystem --------------------------------------------------------------------------
+    def filesystem(self) -> None:
+        st = self.f.get("storage") or {}
+        path = self.io_path or self.p.gds_mount
+        mounts = st.get("mounts") or []
+        m = storage.mount_for(path, mounts) if mounts else None
+        if m is None or m.get("target") == "/":
+            self.add("fs.mount.present", FAIL, f"a filesystem mounted at {path}",
+                     "not mounted" if m is None else "only the root filesystem",
+                     f"Mount the NVMe filesystem at {path} (gdsfleet.gds.nvme role), or point the "
+                     "I/O test elsewhere with --io-path.")
+            for cid in ("fs.mount.type", "fs.mount.options", "fs.mount.nvme"):
+                self.add(cid, SKIP, "a GDS mount", "not mounted", "Skipped: no GDS mount.")
+            return
+        self.add("fs.mount.present", PASS, f"a filesystem mounted at {path}",
+                 f"{m['source']} on {m['target']} ({m['fstype']})", "GDS mount present.")
+        fstype = m["fstype"]
+        if fstype in self.p.allowed_filesystems:
+            self.add("fs.mount.type", PASS, " or ".join(self.p.allowed_filesystems), fstype,
+                     "Filesystem type supported by GDS.")
+        else:
+            self.add("fs.mount.type", FAIL, " or ".join(self.p.allowed_filesystems), fstype,
+                     f"{fstype} only runs in compat mode: reformat as XFS or ext4 "
+                     "(data=ordered).")
+        opts = m.get("options") or []
+        if fstype == "ext4":
+            data = [o for o in opts if o.startswith("data=")]
+            if "data=ordered" in data:
+                self.add("fs.mount.options", PASS, "data=ordered", ",".join(opts),
+                         "ext4 is mounted with an explicit data=ordered.")
+            elif "data=journal" in data:
+                self.add("fs.mount.options", FAIL, "data=ordered", ",".join(opts),
+                         "ext4 with data=journal is not supported by GDS: remount with "
+                         "data=ordered.")
+            else:
+                self.add("fs.mount.options", FAIL, "data=ordered", ",".join(opts),
+                         "GDS needs ext4 mounted with an explicit data=ordered: add it to the "
+                         "mount options in /etc/fstab and remount.")
+        else:
+            self.add("fs.mount.options", PASS, "no GDS-incompatible options", ",".join(opts),
+                     "Mount options are acceptable.")
+        devices = st.get("devices") or []
+        if storage.is_nvme_source(m["source"], devices):
+            self.add("fs.mount.nvme", PASS, "backed by NVMe", m["source"], "Mount is on NVMe.")
+        else:
+            self.add("fs.mount.nvme", WARN, "backed by NVMe", m["source"],
+                     "The mount is not on an NVMe device: local GDS needs NVMe (or md RAID0 over "
+                     "NVMe).")
+
+    # -- gdscheck, platform -----------------------------------------------------------------
+    def gdscheck(self) -> None:
+        gc = self.f.get("gdscheck") or {}
+        parsed = gc.get("parsed")
+        if not gc.get("found"):
+            self.add("gdscheck.present", WARN, "gdscheck installed", "not found",
+                     "Install gds-tools-X-Y (gdscheck lives in /usr/local/cuda/gds/tools/).")
+        elif parsed is None:
+            self.add("gdscheck.present", WARN, "gdscheck -p output", f"rc={gc.get('rc')}",
+                     f"gdscheck -p produced no output: {gc.get('error') or ''}".strip())
+        else:
+            self.add("gdscheck.present", PASS, "gdscheck -p output",
+                     f"GDS {parsed.get('gds_version')}", "gdscheck -p ran.")
+        nvme = _gc_nvme(self.f)
+        if nvme is None:
+            self.add("gdscheck.nvme", SKIP, "NVMe direct route", "no NVMe line",
+                     "Skipped: no gdscheck DRIVER CONFIGURATION to read.")
+        elif nvme.get("direct"):
+            want = self.target
+            got = nvme.get("route")
+            if want and got in DIRECT_ROUTES and got != want:
+                self.add("gdscheck.nvme", FAIL, f"NVMe: {want}", str(nvme.get("raw")),
+                         f"gdscheck reports the {got} route, the policy expects {want}.")
+            else:
+                self.add("gdscheck.nvme", PASS, "NVMe direct route",
+                         f"NVMe : {nvme.get('raw')}" + (
+                             f"; NVMe P2PDMA : {nvme.get('p2pdma_raw')}"
+                             if nvme.get("p2pdma_raw") else ""),
+                         "gdscheck reports a direct NVMe route (not proof that I/O uses it: see "
+                         "io.direct_path).")
+        else:
+            self.add("gdscheck.nvme", FAIL, "NVMe direct route", f"NVMe : {nvme.get('raw')}",
+                     "gdscheck sees no direct NVMe route, so I/O falls back to compat: on the nvfs "
+                     "route load nvidia_fs and install the GDS-patched nvme driver; on the "
+                     "p2pdma route enable the p2pdma prerequisites.")
+        if parsed and parsed.get("verification_succeeded") and nvme and not nvme.get("direct"):
+            self.add("gdscheck.platform", WARN, "direct NVMe route",
+                     "Platform verification succeeded, NVMe not direct",
+                     "'Platform verification succeeded' only says the platform is capable; the "
+                     "storage route is not active.")
+        iommu = self.f.get("iommu") or {}
+        state = iommu.get("state")
+        if state == "off":
+            self.add("iommu.state", PASS, "off", "off", "IOMMU is off.")
+        else:
+            status = FAIL if self.p.iommu == "fail" and state in ("on", "pt") else WARN
+            self.add("iommu.state", status, "off", str(state),
+                     "IOMMU is "
+                     + {"pt": "in pass-through", "on": "on"}.get(str(state), "in an unknown state")
+                     + ": GDS P2P traffic may fail or slow down. Boot with intel_iommu=off / "
+                     "amd_iommu=off (iommu=pt works on some platforms).")
+        acs = (parsed or {}).get("acs_warnings") or []
+        if acs:
+            self.add("pcie.acs", WARN, "ACS disabled on PCIe switches", "; ".join(acs)[:300],
+                     "ACS on PCIe switch ports redirects P2P traffic through the root complex: "
+                     "disable it in the BIOS or with setpci.")
+        elif parsed:
+            self.add("pcie.acs", PASS, "ACS disabled on PCIe switches", "no ACS warning",
+                     "gdscheck reports no ACS.")
+        else:
+            self.add("pcie.acs", SKIP, "ACS disabled on PCIe switches", "no gdscheck",
+                     "Skipped: no gdscheck output.")
+
+    # -- route, reboot, secure boot ----------------------------------------------------------
+    def route_checks(self) -> None:
+        want = self.p.expected_route
+        if want == "any":
+            ok = self.route in DIRECT_ROUTES
+            expected = "nvfs or p2pdma"
+        else:
+            ok = self.route == want
+            expected = want
+        self.add("route.expected", PASS if ok else FAIL, expected, self.route,
+                 f"The node is set up for the {self.route} route." if ok else
+                 {"compat": "A GDS stack is installed but NVMe I/O can only fall back to POSIX: "
+                  "see the failing nvfs.* / p2pdma.* checks.",
+                  "none": "No GDS stack on this node: run the rollout (site playbook)."}.get(
+                      self.route, f"The node shows the {self.route} route, the policy wants "
+                      f"{expected}."))
+        rb = self.f.get("reboot") or {}
+        if rb.get("required"):
+            self.add("reboot.pending", FAIL if self.p.reboot_pending == "fail" else WARN,
+                     "no pending reboot", "; ".join(rb.get("reasons") or []) or "marker present",
+                     "A change waits for a reboot (/var/lib/gdsfleet/reboot-required): reboot the "
+                     "node (the rollout does) and verify again.")
+        else:
+            self.add("reboot.pending", PASS, "no pending reboot", "none", "No reboot pending.")
+        sb = self.f.get("secure_boot")
+        if sb is None:
+            self.add("secureboot.state", SKIP, "known", "mokutil absent",
+                     "Skipped: mokutil not installed.")
+        elif sb and self.target == "nvfs":
+            self.add("secureboot.state", WARN, "DKMS modules can load", "Secure Boot enabled",
+                     "Secure Boot is on: DKMS-built nvidia-fs and DOCA modules need MOK "
+                     "enrolment to load.")
+        else:
+            self.add("secureboot.state", PASS, "DKMS modules can load",
+                     "enabled" if sb else "disabled", "Secure Boot does not block the modules.")
+
+    # -- I/O test ----------------------------------------------------------------------------
+    def io_checks(self) -> None:
+        io = self.io
+        ev = io.evidence or {}
+        detail = (f"path={io.path_taken}, proof={ev.get('proof')}, "
+                  f"is_gds_available={ev.get('is_gds_available')}, "
+                  f"write={io.write_gbps} GB/s, read={io.read_gbps} GB/s")
+        if io.path_taken == PATH_DIRECT and io.direct_proven:
+            self.add("io.direct_path", PASS, "direct (proven)", detail, io.reason)
+        elif io.path_taken == PATH_DIRECT:
+            self.add("io.direct_path", FAIL, "direct (proven)", detail,
+                     "I/O succeeded with compat mode off but without proof: " + io.reason)
+        elif io.path_taken == PATH_COMPAT:
+            self.add("io.direct_path", FAIL, "direct (proven)", detail,
+                     "I/O works only through POSIX (compat mode), so this node is NOT "
+                     "GDS-compliant: " + io.reason)
+        elif io.path_taken == PATH_FAILED:
+            self.add("io.direct_path", FAIL, "direct (proven)", detail,
+                     "The I/O test failed: " + io.reason)
+        else:
+            self.add("io.direct_path", FAIL if self.p.require_io_test else SKIP,
+                     "direct (proven)", "skipped",
+                     f"The I/O test did not run: {io.reason or 'disabled'}. "
+                     + ("Without it the direct path is not proven." if self.p.require_io_test
+                        else ""))
+        if io.path_taken in (PATH_SKIPPED,):
+            self.add("io.data_integrity", SKIP, "read-back equals written", "not run",
+                     "Skipped: the I/O test did not run.")
+        elif io.verified:
+            self.add("io.data_integrity", PASS, "read-back equals written", "equal",
+                     f"{io.bytes} bytes read back equal to the data written.")
+        else:
+            attempts = io.attempts or ()
+            compared = any(a.get("stage") == "compare" for a in attempts)
+            self.add("io.data_integrity", FAIL if compared else SKIP, "read-back equals written",
+                     "differs" if compared else "no complete attempt",
+                     "Data read back differs from the data written: check the drive and dmesg."
+                     if compared else "Skipped: no attempt completed a read-back.")
+        floors = []
+        if self.p.min_write_gbps is not None:
+            floors.append(("write", io.write_gbps, self.p.min_write_gbps))
+        if self.p.min_read_gbps is not None:
+            floors.append(("read", io.read_gbps, self.p.min_read_gbps))
+        if not floors:
+            self.add("io.throughput", SKIP, "no floor set",
+                     f"write={io.write_gbps} read={io.read_gbps} GB/s",
+                     "No throughput floor in the policy.")
+        elif io.path_taken != PATH_DIRECT:
+            self.add("io.throughput", SKIP, "direct-path throughput", io.path_taken,
+                     "Skipped: no direct-path measurement.")
+        else:
+            low = [f"{n} {v} < {f}" for n, v, f in floors if v is None or v < f]
+            self.add("io.throughput", FAIL if low else PASS,
+                     ", ".join(f"{n} >= {f} GB/s" for n, _, f in floors),
+                     f"write={io.write_gbps} read={io.read_gbps} GB/s",
+                     ("Throughput below the policy floor: " + "; ".join(low) +
+                      ". Check PCIe topology (GPU and NVMe under one switch), ACS and IOMMU.")
+                     if low else "Throughput meets the policy.")
+        if io.path_taken != PATH_SKIPPED and ev.get("file_removed") is False:
+            self.add("io.cleanup", WARN, "test file removed", str(ev.get("test_file")),
+                     f"Remove the leftover test file {ev.get('test_file')}.")
+        rw = ev.get("rw_stats") or {}
+        if rw.get("restore_error"):
+            self.add("io.cleanup", WARN, "rw_stats_enabled restored", str(rw.get("after")),
+                     f"Could not restore rw_stats_enabled to {rw.get('before')}: "
+                     f"{rw.get('restore_error')}.")
+
+    def run(self) -> list[CheckResult]:
+        steps: list[Callable[[], None]] = [
+            self.gpu, self.kernel, self.nvfs, self.p2pdma, self.cufile, self.filesystem,
+            self.gdscheck, self.route_checks, self.io_checks,
+        ]
+        for step in steps:
+            step()
+        return self.out
+
+
+def evaluate(facts: dict[str, Any], io: IoTestResult, policy: Policy, *,
+             route: str | None = None, io_path: str | None = None) -> tuple[
+                 str, list[CheckResult], bool]:
+    """(route, checks, compliant). Compliant only when no check fails and the I/O test proved
+    the direct path."""
+    route = route or determine_route(facts)
+    checks = _Checks(facts, io, policy, route, io_path).run()
+    io_ok = io.direct_proven or (not policy.require_io_test and io.path_taken == PATH_SKIPPED)
+    compliant = route in DIRECT_ROUTES and io_ok and not any(c.status == FAIL for c in checks)
+    return route, checks, compliant
+
+
+__all__ = ["determine_route", "evaluate", "route_evidence", "stack_present"]

@@ -1,0 +1,223 @@
+"""Turn the gather script's JSON document into facts (pure; no I/O).
+
+``raw_outputs(doc)`` gives ``{item: text}`` for the report's ``raw``; ``build_facts(doc)`` runs
+every parser and returns one JSON-safe dict that checks read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from provisioner.verify.parsers import (
+    cufile,
+    driver,
+    gdscheck,
+    kernel,
+    nvfs_stats,
+    os_release,
+    packages,
+    storage,
+)
+
+
+def _item(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    items = doc.get("items") or {}
+    value = items.get(name)
+    return value if isinstance(value, dict) else {"rc": None, "out": "", "err": "not gathered"}
+
+
+def _ok(item: dict[str, Any]) -> bool:
+    return item.get("rc") == 0
+
+
+def _text(doc: dict[str, Any], name: str) -> str | None:
+    item = _item(doc, name)
+    return str(item.get("out") or "") if _ok(item) else None
+
+
+def raw_outputs(doc: dict[str, Any]) -> dict[str, str]:
+    """Every item's raw text (stdout, plus stderr and status when the item failed)."""
+    out: dict[str, str] = {}
+    for name, item in sorted((doc.get("items") or {}).items()):
+        if not isinstance(item, dict):
+            continue
+        text = str(item.get("out") or "")
+        if item.get("rc") != 0:
+            text += f"\n[rc={item.get('rc')} {item.get('err') or ''}]".rstrip()
+        elif item.get("err"):
+            text += f"\n[stderr] {item['err']}"
+        out[name] = text
+    return out
+
+
+def _module(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    item = _item(doc, name)
+    if not _ok(item):
+        return {"loaded": False, "params": {}, "version": None}
+    try:
+        params = json.loads(item.get("out") or "{}")
+    except ValueError:
+        params = {}
+    return {"loaded": True, "params": params, "version": item.get("version")}
+
+
+def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
+    facts: dict[str, Any] = {"gather_error": doc.get("error")}
+
+    # OS and kernel
+    osr = os_release.parse(_text(doc, "os_release") or "")
+    facts["os"] = {
+        "id": osr.get("ID"),
+        "version_id": osr.get("VERSION_ID"),
+        "pretty_name": osr.get("PRETTY_NAME"),
+        "family": os_release.family(osr),
+    }
+    release = (_text(doc, "kernel_release") or "").strip()
+    facts["kernel"] = {
+        "release": release,
+        "version": list(kernel.parse_kernel_version(release)),
+        "machine": (_text(doc, "machine") or "").strip(),
+    }
+    facts["hostname"] = (_text(doc, "hostname") or "").strip()
+    facts["boot_id"] = (_text(doc, "boot_id") or "").strip() or None
+    facts["python"] = (_text(doc, "python") or "").strip() or None
+
+    # GPU driver
+    proc = driver.parse_proc_version(_text(doc, "nvidia_version") or "")
+    lic_item = _item(doc, "modinfo_license")
+    lic_flavor = driver.flavor_from_license(lic_item.get("out") or "") if _ok(lic_item) else None
+    nvidia_mod = _module(doc, "nvidia_module")
+    smi_q = driver.parse_smi_query(_text(doc, "nvidia_smi_query") or "")
+    smi_l = driver.parse_smi_list(_text(doc, "nvidia_smi_L") or "")
+    info = driver.parse_gpu_information(_text(doc, "nvidia_gpus_information") or "")
+    gpus: list[dict[str, Any]] = list(smi_q) or list(smi_l)
+    if not gpus:
+        gpus = [{"index": str(i), "name": g.get("Model", "?"), "pci_bus_id": g.get("Bus Location")}
+                for i, g in enumerate(info)]
+    version = proc.get("version") or nvidia_mod.get("version")
+    if not version and smi_q:
+        version = smi_q[0].get("driver_version")
+    facts["gpu"] = {
+        "driver_loaded": bool(proc["loaded"] or nvidia_mod["loaded"]),
+        "driver_flavor": proc.get("flavor") or lic_flavor,
+        "driver_flavor_modinfo": lic_flavor,
+        "driver_version": version,
+        "count": len(gpus),
+        "gpus": gpus,
+        "nvidia_smi": _item(doc, "nvidia_smi_L").get("rc"),
+    }
+
+    # nvidia-fs
+    nvfs_mod = _module(doc, "nvfs_module")
+    stats_text = _text(doc, "nvfs_stats")
+    stats = nvfs_stats.parse(stats_text) if stats_text is not None else None
+    ver_text = _text(doc, "nvfs_version")
+    modinfo_ver = _item(doc, "modinfo_nvfs_version")
+    nvfs_version = (
+        (nvfs_stats.parse_version(ver_text) if ver_text else None)
+        or nvfs_mod.get("version")
+        or (stats.driver_version if stats else None)
+    )
+    rw = nvfs_mod["params"].get("rw_stats_enabled") or {}
+    facts["nvfs"] = {
+        "loaded": nvfs_mod["loaded"],
+        "version": nvfs_version,
+        "module_version": nvfs_mod.get("version"),
+        "installed_version": (modinfo_ver.get("out") or "").strip() or None
+        if _ok(modinfo_ver) else None,
+        "params": {k: v.get("value") for k, v in nvfs_mod["params"].items()},
+        "rw_stats_enabled": rw.get("value"),
+        "rw_stats_writable": bool(rw.get("writable")),
+        "devcount": nvfs_stats.parse_devcount(_text(doc, "nvfs_devcount") or ""),
+        "stats": stats.to_dict() if stats else None,
+        "persist_file": _text(doc, "nvfs_modules_load"),
+    }
+
+    # kernel symbols, nvme, iommu
+    ks = kernel.parse_kallsyms(_text(doc, "kallsyms") or "")
+    kallsyms_item = _item(doc, "kallsyms")
+    facts["kallsyms"] = {**ks, "readable": _ok(kallsyms_item)}
+    mp = _text(doc, "nvme_multipath")
+    facts["nvme"] = {"multipath": mp.strip() if mp is not None else None,
+                     "module_loaded": _module(doc, "nvme_module")["loaded"]}
+    cmd = kernel.parse_cmdline(_text(doc, "cmdline") or "")
+    iommu_item = _item(doc, "iommu_class")
+    entries = [e for e in (iommu_item.get("out") or "").splitlines() if e] if _ok(
+        iommu_item) else ([] if iommu_item.get("rc") is None else None)
+
+    # gdscheck
+    gc_item = _item(doc, "gdscheck")
+    gc: gdscheck.GdsCheck | None = None
+    if gc_item.get("rc") is not None and (gc_item.get("out") or "").strip():
+        gc = gdscheck.parse(str(gc_item.get("out")))
+    facts["gdscheck"] = {
+        "found": gc_item.get("rc") is not None,
+        "path": (gc_item.get("argv") or [None])[0],
+        "rc": gc_item.get("rc"),
+        "error": gc_item.get("err") if gc_item.get("rc") not in (0,) else None,
+        "parsed": gc.to_dict() if gc else None,
+    }
+    facts["iommu"] = kernel.iommu_state(cmd, entries, gc.iommu if gc else None)
+    facts["iommu"]["cmdline_params"] = cmd["iommu_params"]
+
+    # cuFile configuration and library
+    cf_item = _item(doc, "cufile_json")
+    cf = cufile.parse(str(cf_item.get("out")) if _ok(cf_item) else None)
+    if _ok(cf_item) is False and cf_item.get("rc") not in (None,):
+        cf = cufile.CufileConfig(present=True, valid=False, error=str(cf_item.get("err")))
+    facts["cufile"] = {**cf.to_dict(), "path": cf_item.get("path"),
+                       "env_override": bool(cf_item.get("env_override"))}
+    lib = _item(doc, "libcufile")
+    facts["libcufile"] = {"found": _ok(lib),
+                          "paths": [p for p in (lib.get("out") or "").splitlines() if p]}
+
+    # packages, dkms, MOFED/DOCA, secure boot
+    pk_item = _item(doc, "packages")
+    pkgs = packages.parse_package_list(pk_item.get("out") or "") if pk_item.get("out") else {}
+    facts["packages"] = {"manager": pk_item.get("manager"), "installed": pkgs,
+                         **packages.gds_packages(pkgs)}
+    dk = _item(doc, "dkms_status")
+    facts["dkms"] = {"available": dk.get("rc") is not None,
+                     "modules": packages.parse_dkms_status(dk.get("out") or "")}
+    of = _item(doc, "ofed_info")
+    facts["ofed"] = packages.parse_ofed_info(of.get("out") or "") if _ok(of) else {
+        "flavor": None, "version": None, "raw": None}
+    sb = _item(doc, "mokutil_sb_state")
+    sb_text = (sb.get("out") or "") + (sb.get("err") or "")
+    facts["secure_boot"] = (
+        None if sb.get("rc") is None else ("enabled" in sb_text.lower() and
+                                           "disabled" not in sb_text.lower())
+    )
+
+    # storage
+    mounts = storage.parse_mounts(_text(doc, "mounts") or "")
+    devices = storage.parse_lsblk(_text(doc, "lsblk") or "")
+    facts["storage"] = {
+        "mounts": [m for m in mounts if m["fstype"] not in _PSEUDO_FS],
+        "devices": devices,
+        "nvme_mounts": storage.nvme_mount_points(mounts, devices),
+    }
+
+    # reboot marker
+    rb = _item(doc, "reboot_required")
+    reasons = [ln.strip() for ln in (rb.get("out") or "").splitlines() if ln.strip()] if _ok(
+        rb) else []
+    facts["reboot"] = {"required": _ok(rb), "reasons": reasons}
+    return facts
+
+
+_PSEUDO_FS = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
+    "tracefs", "pstore", "bpf", "mqueue", "hugetlbfs", "configfs", "fusectl", "autofs",
+    "binfmt_misc", "rpc_pipefs", "efivarfs", "nsfs", "ramfs",
+})
+
+
+def gds_mount_path(facts: dict[str, Any], default: str) -> str:
+    """The directory the I/O test should use: the first NVMe-backed mount that is not the
+    root filesystem, else ``default``."""
+    for target in facts.get("storage", {}).get("nvme_mounts", []):
+        if target not in ("/", "/boot", "/boot/efi"):
+            return str(target)
+    return default

@@ -1,0 +1,234 @@
+"""Value objects of a node verification: commands, checks, the I/O test and the node report.
+
+These are the names other parts of the orchestrator code against (transport, ledger, reports,
+CLI). ``NodeReport.to_dict()`` is the node object of the JSON report (docs/report-schema.md);
+``NodeReport.from_dict()`` reads it back (ledger, ``status``/``history`` commands).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# Check statuses, ordered from best to worst for summaries.
+PASS = "pass"  # noqa: S105 - a check status, not a password
+WARN = "warn"
+SKIP = "skip"
+FAIL = "fail"
+STATUSES = (PASS, WARN, SKIP, FAIL)
+
+# Data routes a node's own evidence can show.
+ROUTES = ("nvfs", "p2pdma", "compat", "none", "unknown")
+
+# Which path the I/O test's data took.
+PATH_DIRECT = "direct"
+PATH_COMPAT = "compat"
+PATH_FAILED = "failed"
+PATH_SKIPPED = "skipped"
+PATHS = (PATH_DIRECT, PATH_COMPAT, PATH_FAILED, PATH_SKIPPED)
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one remote (or local) command returned."""
+
+    exit_status: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+
+class CommandRunner(Protocol):
+    """Runs one command on a node. Raises ConnectError (provisioner.errors) when the node cannot
+    be reached or the command runs past ``timeout``; a command that ran and failed is a
+    CommandResult with a non-zero exit status, never an exception."""
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult: ...
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One compliance check: a stable id, pass|fail|warn|skip, and what to do about it."""
+
+    id: str
+    status: str
+    expected: str
+    observed: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"check {self.id}: status {self.status!r} not in {STATUSES}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "expected": self.expected,
+            "observed": self.observed,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        return cls(
+            id=str(data["id"]),
+            status=str(data["status"]),
+            expected=str(data.get("expected", "")),
+            observed=str(data.get("observed", "")),
+            message=str(data.get("message", "")),
+        )
+
+
+@dataclass(frozen=True)
+class IoTestOptions:
+    """How the kvikio I/O test runs on a node.
+
+    ``path`` is a directory on the node's GDS filesystem; None picks the mount from the node's
+    facts (the mount backed by an NVMe device, else ``default_path``).
+    """
+
+    size_bytes: int = GIB
+    path: str | None = None
+    keep_file: bool = False
+    timeout_s: float = 600.0
+    enable_rw_stats: bool = True
+    try_compat: bool = True
+    enabled: bool = True
+    default_path: str = "/mnt/gds"
+
+    def aligned_size(self) -> int:
+        """Size rounded up to a 4 KiB multiple (O_DIRECT and cuFile need aligned sizes)."""
+        size = max(int(self.size_bytes), 4096)
+        return (size + 4095) // 4096 * 4096
+
+
+@dataclass(frozen=True)
+class IoTestResult:
+    """The I/O test's outcome: which path the data took, and the evidence for it."""
+
+    path_taken: str = PATH_SKIPPED
+    write_gbps: float | None = None
+    read_gbps: float | None = None
+    bytes: int = 0
+    verified: bool = False
+    reason: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    attempts: tuple[dict[str, Any], ...] = ()
+    path: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def direct_proven(self) -> bool:
+        return (
+            self.path_taken == PATH_DIRECT
+            and self.verified
+            and bool(self.evidence.get("proof"))
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path_taken": self.path_taken,
+            "write_gbps": self.write_gbps,
+            "read_gbps": self.read_gbps,
+            "bytes": self.bytes,
+            "verified": self.verified,
+            "reason": self.reason,
+            "evidence": dict(self.evidence),
+            "attempts": [dict(a) for a in self.attempts],
+            "path": self.path,
+            "duration_s": self.duration_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> IoTestResult:
+        if not data:
+            return cls()
+        wg = data.get("write_gbps")
+        rg = data.get("read_gbps")
+        return cls(
+            path_taken=str(data.get("path_taken", PATH_SKIPPED)),
+            write_gbps=float(wg) if wg is not None else None,
+            read_gbps=float(rg) if rg is not None else None,
+            bytes=int(data.get("bytes") or 0),
+            verified=bool(data.get("verified", False)),
+            reason=str(data.get("reason", "")),
+            evidence=dict(data.get("evidence") or {}),
+            attempts=tuple(dict(a) for a in data.get("attempts") or ()),
+            path=data.get("path"),
+            duration_s=float(data.get("duration_s") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """Everything one verification of one node found (the JSON report's node object)."""
+
+    name: str
+    reachable: bool
+    compliant: bool
+    route: str
+    checks: list[CheckResult] = field(default_factory=list)
+    io_test: IoTestResult = field(default_factory=IoTestResult)
+    facts: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    started_at: str = ""
+    duration_s: float = 0.0
+
+    def check(self, check_id: str) -> CheckResult | None:
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        return None
+
+    @property
+    def failed_checks(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == FAIL]
+
+    def summary(self) -> dict[str, int]:
+        counts = {s: 0 for s in STATUSES}
+        for c in self.checks:
+            counts[c.status] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "reachable": self.reachable,
+            "compliant": self.compliant,
+            "route": self.route,
+            "error": self.error,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 3),
+            "summary": self.summary(),
+            "checks": [c.to_dict() for c in self.checks],
+            "io_test": self.io_test.to_dict(),
+            "facts": self.facts,
+            "raw": dict(self.raw),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeReport:
+        return cls(
+            name=str(data["name"]),
+            reachable=bool(data.get("reachable", False)),
+            compliant=bool(data.get("compliant", False)),
+            route=str(data.get("route", "unknown")),
+            checks=[CheckResult.from_dict(c) for c in data.get("checks") or ()],
+            io_test=IoTestResult.from_dict(data.get("io_test")),
+            facts=dict(data.get("facts") or {}),
+            raw={str(k): str(v) for k, v in (data.get("raw") or {}).items()},
+            error=data.get("error"),
+            started_at=str(data.get("started_at", "")),
+            duration_s=float(data.get("duration_s") or 0.0),
+        )

@@ -1,0 +1,81 @@
+"""Kernel facts: the /proc/kallsyms lines the gather script kept, /proc/cmdline, IOMMU state."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+NVFS_SYMBOLS = ("nvme_v1_register_nvfs_dma_ops", "nvme_v2_register_nvfs_dma_ops")
+P2PDMA_SYMBOL = "p2pdma_pgmap_ops"
+
+
+def parse_kallsyms(text: str) -> dict[str, Any]:
+    """Lines ``<addr> <type> <name> [module]`` -> which GDS-relevant symbols exist."""
+    symbols: dict[str, str | None] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        module = parts[3].strip("[]") if len(parts) > 3 else None
+        symbols[parts[2]] = module
+    nvfs = [s for s in NVFS_SYMBOLS if s in symbols]
+    return {
+        "nvfs_dma_ops": nvfs[0] if nvfs else None,
+        "nvfs_dma_ops_module": symbols.get(nvfs[0]) if nvfs else None,
+        "p2pdma_pgmap_ops": P2PDMA_SYMBOL in symbols,
+        "symbols": sorted(symbols),
+    }
+
+
+def parse_cmdline(text: str) -> dict[str, Any]:
+    """IOMMU-relevant kernel parameters from /proc/cmdline."""
+    params: dict[str, str] = {}
+    for token in text.split():
+        if token == "--":  # noqa: S105 - end of kernel arguments
+            break  # what follows goes to init
+        key, _, value = token.partition("=")
+        params[key] = value
+    wanted = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough")
+    iommu = {k: params[k] for k in wanted if k in params}
+    return {"iommu_params": iommu, "args": len(params)}
+
+
+def iommu_state(cmdline: dict[str, Any], iommu_class_entries: list[str] | None,
+                gdscheck_iommu: str | None = None) -> dict[str, Any]:
+    """off | pt | on | unknown from the kernel parameters, /sys/class/iommu and gdscheck."""
+    params: dict[str, str] = cmdline.get("iommu_params", {})
+    values = {k: v.lower() for k, v in params.items()}
+    if values.get("iommu") == "pt" or values.get("iommu.passthrough") in ("1", "y", "on"):
+        by_cmdline = "pt"
+    elif any(values.get(k) == "off" for k in ("intel_iommu", "amd_iommu", "iommu")):
+        by_cmdline = "off"
+    elif any(values.get(k) in ("on", "force") for k in ("intel_iommu", "amd_iommu", "iommu")):
+        by_cmdline = "on"
+    else:
+        by_cmdline = None
+    sysfs_active = bool(iommu_class_entries) if iommu_class_entries is not None else None
+    if by_cmdline == "pt":
+        state = "pt"
+    elif sysfs_active is False:
+        state = "off"
+    elif sysfs_active:
+        state = "on"
+    elif by_cmdline is not None:
+        state = by_cmdline
+    else:
+        state = "unknown"
+    if gdscheck_iommu is not None and gdscheck_iommu.lower() == "disabled" and state == "unknown":
+        state = "off"
+    return {
+        "state": state,
+        "cmdline": by_cmdline,
+        "sysfs_entries": iommu_class_entries,
+        "gdscheck": gdscheck_iommu,
+    }
+
+
+def parse_kernel_version(release: str) -> tuple[int, ...]:
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release.strip())
+    if not m:
+        return ()
+    return tuple(int(x) for x in m.groups() if x is not None)

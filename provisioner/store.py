@@ -292,7 +292,8 @@ class Ledger:
         elif self.engine.dialect.name == "postgresql":
             conn.exec_driver_sql(
                 "CREATE OR REPLACE FUNCTION gdsfleet_append_only() RETURNS trigger AS $$ "
-                "BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$ "
+                "BEGIN RAISE EXCEPTION USING MESSAGE = TG_TABLE_NAME || ' is append-only'; "
+                "END $$ "
                 "LANGUAGE plpgsql"
             )
             for table in _APPEND_ONLY:

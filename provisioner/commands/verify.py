@@ -1,0 +1,282 @@
+"""``provisioner verify``: prove, node by node, that GPUDirect Storage takes the direct path.
+
+``--local`` checks this machine (no SSH); ``-i INVENTORY [--limit PATTERN]`` checks every
+selected node over SSH in parallel (one connection per node). Every result is appended to the
+compliance ledger; ``--json``/``--junit`` write reports. Exit codes: docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from provisioner.errors import ConnectError, UsageError
+from provisioner.exitcodes import Exit
+from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
+from provisioner.report import (
+    RESULT_COMPLIANT,
+    build_report,
+    exit_code,
+    node_result,
+    render,
+    write_json,
+    write_junit,
+)
+from provisioner.store import Ledger, display_url, fleet_id, new_run_id, resolve_ledger, utcnow
+
+HELP = "prove node by node that GPUDirect Storage takes the direct path"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("which nodes")
+    where.add_argument("-i", "--inventory", metavar="INVENTORY",
+                       help="Ansible inventory (file or directory), e.g. inventories/lab")
+    where.add_argument("-l", "--limit", metavar="PATTERN",
+                       help="Ansible host pattern selecting nodes of the inventory")
+    where.add_argument("--local", action="store_true",
+                       help="verify this machine, without SSH")
+    where.add_argument("--parallel", "-f", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                       help=f"nodes verified at once (default {DEFAULT_PARALLEL})")
+
+    what = p.add_argument_group("what is checked")
+    what.add_argument("--policy", metavar="FILE", help="policy YAML (defaults: docs/cli.md)")
+    what.add_argument("--io-size", metavar="SIZE",
+                      help="I/O test size, e.g. 64M, 1G (default: the policy's io_test_size)")
+    what.add_argument("--io-path", metavar="DIR",
+                      help="directory on the node's GDS filesystem for the I/O test file")
+    what.add_argument("--io-timeout", type=float, default=600.0, metavar="SECONDS",
+                      help="deadline of the I/O test command (default 600)")
+    what.add_argument("--no-io-test", action="store_true",
+                      help="skip the I/O test (a node then cannot prove the direct path)")
+
+    ssh = p.add_argument_group("SSH")
+    ssh.add_argument("--known-hosts", metavar="FILE", action="append", default=[],
+                     help="extra known_hosts file (checked first; repeatable)")
+    ssh.add_argument("--accept-new-host-keys", action="store_true",
+                     help="add unknown host keys to the project-managed known_hosts "
+                          "(~/.local/state/gdsfleet/known_hosts); a CHANGED key is always refused")
+    ssh.add_argument("--ssh-config", metavar="FILE", default="~/.ssh/config",
+                     help="OpenSSH client config to honour (default ~/.ssh/config; 'none' to skip)")
+    ssh.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                     help="TCP connect timeout; banner/auth timeouts are 1.5x (default 10)")
+    ssh.add_argument("--retries", type=int, default=3, metavar="N",
+                     help="retries for transient connect errors (default 3)")
+
+    out = p.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
+    out.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    out.add_argument("--details", action="store_true", help="list every check of every node")
+    out.add_argument("-q", "--quiet", action="store_true", help="no per-node progress lines")
+    out.add_argument("--ledger", metavar="PATH|URL",
+                     help="compliance ledger (SQLite path or postgresql+psycopg:// URL); "
+                          "default $GDSFLEET_LEDGER, .lab/ledger.sqlite for inventories/lab, "
+                          "else ~/.local/state/gdsfleet/ledger.sqlite")
+    out.add_argument("--no-ledger", action="store_true", help="do not record the results")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.local and args.inventory:
+        raise UsageError("--local and -i/--inventory exclude each other: pick one")
+    if not args.local and not args.inventory:
+        raise UsageError("say which nodes: -i INVENTORY [--limit PATTERN], or --local")
+    if args.limit and not args.inventory:
+        raise UsageError("--limit selects nodes of an inventory: add -i INVENTORY")
+    if args.parallel < 1:
+        raise UsageError(f"--parallel must be at least 1 (got {args.parallel})")
+    if args.retries < 0:
+        raise UsageError(f"--retries must be 0 or more (got {args.retries})")
+    for name in ("connect_timeout", "io_timeout"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if args.ledger and args.no_ledger:
+        raise UsageError("--ledger and --no-ledger exclude each other")
+    if args.json == "-" and not args.quiet:
+        args.quiet = True
+
+
+def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
+    from provisioner.verify.model import IoTestOptions
+    from provisioner.verify.policy import Policy, parse_size
+
+    try:
+        policy = Policy.from_file(args.policy) if args.policy else Policy.default()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--policy {args.policy}: {exc}") from exc
+    try:
+        size = parse_size(args.io_size) if args.io_size else policy.io_test_size
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--io-size {args.io_size!r}: {exc}") from exc
+    kwargs: dict[str, Any] = {
+        "size_bytes": size,
+        "path": args.io_path,
+        "timeout_s": args.io_timeout,
+        "enabled": not args.no_io_test,
+    }
+    if getattr(policy, "gds_mount", None):
+        kwargs["default_path"] = policy.gds_mount
+    return policy, IoTestOptions(**kwargs)
+
+
+def _unreachable(name: str, started: str, t0: float, error: str, *, internal: bool = False
+                 ) -> dict[str, Any]:
+    from provisioner.verify import unreachable_report
+    from provisioner.verify.model import NodeReport
+
+    if internal:
+        doc = NodeReport(name=name, reachable=True, compliant=False, route="unknown",
+                         error=error, started_at=started,
+                         duration_s=time.monotonic() - t0).to_dict()
+        doc["internal_error"] = True
+        return doc
+    doc = unreachable_report(name, error).to_dict()
+    doc["duration_s"] = round(time.monotonic() - t0, 3)
+    return dict(doc)
+
+
+def verify_one(runner: Any, name: str, policy: Any, io: Any) -> dict[str, Any]:
+    """Verify one node through ``runner``; never raises for the node's own failures."""
+    from provisioner.verify import verify_node
+
+    started, t0 = utcnow(), time.monotonic()
+    try:
+        connect = getattr(runner, "connect", None)
+        if connect is not None:
+            connect()
+        report = verify_node(runner, name, policy, io)
+        return dict(report.to_dict())
+    except ConnectError as exc:
+        return _unreachable(name, started, t0, str(exc))
+    except Exception as exc:  # a bug: keep the other nodes going, show the traceback
+        tb = traceback.format_exc()
+        sys.stderr.write(f"provisioner verify: internal error on {name}:\n{tb}")
+        return _unreachable(name, started, t0, f"internal error: {exc!r}", internal=True)
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    policy, io = _policy_and_io(args)
+
+    names: list[str]
+    make: Callable[[Any], Any]
+    if args.local:
+        from provisioner.local import LocalRunner
+
+        host = socket.gethostname()
+        items: list[Any] = [host]
+        names = [host]
+        fleet = f"local:{host}"
+
+        def make(_n: Any) -> Any:
+            return LocalRunner(host)
+
+        def node_name(n: Any) -> str:
+            return str(n)
+    else:
+        from provisioner.inventory import load_inventory
+        from provisioner.ssh import SSHSettings, runner_factory
+
+        inventory = load_inventory(args.inventory, args.limit)
+        items = list(inventory.nodes)
+        names = inventory.names()
+        fleet = fleet_id(args.inventory)
+        t = args.connect_timeout
+        settings = SSHSettings(
+            connect_timeout=t,
+            banner_timeout=1.5 * t,
+            auth_timeout=1.5 * t,
+            channel_timeout=1.5 * t,
+            retries=args.retries,
+            known_hosts=tuple(os.path.expanduser(k) for k in args.known_hosts),
+            accept_new_host_keys=args.accept_new_host_keys,
+            ssh_config=None if str(args.ssh_config).lower() == "none" else args.ssh_config,
+        )
+        make = runner_factory(settings)
+
+        def node_name(n: Any) -> str:
+            return str(n.name)
+
+    ledger: Ledger | None = None
+    location: str | None = None
+    if not args.no_ledger:
+        location = resolve_ledger(args.ledger, None if args.local else args.inventory)
+        ledger = Ledger.open(location)
+    recorded = {
+        k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)
+    }
+    started_at = utcnow()
+    run_id = ledger.start_run("verify", fleet, recorded) if ledger else new_run_id()
+    reports: dict[str, dict[str, Any]] = {}
+    done = 0
+    quiet = args.quiet
+
+    def on_result(res: HostResult[dict[str, Any]]) -> None:
+        nonlocal done
+        done += 1
+        doc = res.value if res.value is not None else _unreachable(
+            res.name, started_at, time.monotonic(), f"internal error: {res.error!r}",
+            internal=True)
+        reports[res.name] = doc
+        if ledger is not None:
+            ledger.record_verification(run_id, doc, step="verified")
+        if not quiet:
+            word = node_result(doc)
+            why = ""
+            if word != RESULT_COMPLIANT:
+                fails = [c["id"] for c in doc.get("checks") or [] if c.get("status") == "fail"]
+                why = f" ({', '.join(fails) or doc.get('error') or ''})"
+            sys.stderr.write(f"[{done}/{len(items)}] {res.name}: {word}{why}\n")
+            sys.stderr.flush()
+
+    status = "interrupted"
+    try:
+        def one(n: Any) -> dict[str, Any]:
+            try:
+                runner = make(n)
+            except ConnectError as exc:
+                return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
+            return verify_one(runner, node_name(n), policy, io)
+
+        run_parallel(
+            items,
+            one,
+            parallel=args.parallel,
+            name=node_name,
+            on_result=on_result,
+        )
+        code = exit_code(list(reports.values()))
+        status = {Exit.OK: "compliant", Exit.NOT_COMPLIANT: "not_compliant",
+                  Exit.UNREACHABLE: "unreachable"}.get(code, "error")
+    finally:
+        if ledger is not None:
+            ledger.finish_run(run_id, status)
+            ledger.close()
+
+    policy_dict = policy.to_dict() if hasattr(policy, "to_dict") else None
+    doc = build_report(
+        run_id=run_id,
+        started_at=started_at,
+        finished_at=utcnow(),
+        nodes=[reports[n] for n in names if n in reports],
+        fleet=fleet,
+        policy=policy_dict,
+        ledger=display_url(location) if location else None,
+    )
+    if args.json:
+        write_json(args.json, doc)
+    if args.junit:
+        write_junit(args.junit, doc)
+    if args.json != "-":
+        render(doc, sys.stdout, details=args.details)
+        if location:
+            sys.stdout.write(f"recorded in the ledger {display_url(location)} (run {run_id})\n")
+    return int(code)

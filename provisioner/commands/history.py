@@ -1,0 +1,60 @@
+"""``provisioner history NODE``: one node's verifications, newest first, from the ledger."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from provisioner.commands.status import add_ledger_arguments
+from provisioner.errors import UsageError
+from provisioner.exitcodes import Exit
+from provisioner.report import node_result
+from provisioner.store import Ledger, display_url, resolve_ledger
+
+HELP = "compliance history of one node"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("node", metavar="NODE", help="node name as in the inventory")
+    p.add_argument("--limit", "-n", type=int, default=20, metavar="N",
+                   help="show the N newest records (default 20)")
+    add_ledger_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--checks", action="store_true", help="list every check of each record")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1 (got {args.limit})")
+    location = resolve_ledger(args.ledger, args.inventory)
+    with Ledger.open(location) as ledger:
+        records = ledger.history(args.node, args.limit)
+    if args.json:
+        for r in records:
+            r.pop("report", None)
+        json.dump({"ledger": display_url(location), "node": args.node, "history": records},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return int(Exit.OK)
+    out = sys.stdout
+    if not records:
+        out.write(f"no verifications of {args.node!r} in {display_url(location)}\n")
+        return int(Exit.USAGE)
+    headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING CHECKS / ERROR"]
+    rows = []
+    for r in records:
+        note = ", ".join(r["failing"]) if r["reachable"] else str(r["error"] or "")
+        rows.append([r["at"][:19].replace("T", " "), r["run_id"], node_result(r),
+                     str(r["route"] or "-"), str(r["path_taken"] or "-"), note])
+    widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(headers)]
+    out.write(f"{args.node} ({len(rows)} newest of the ledger {display_url(location)})\n")
+    for cells in [headers, *rows]:
+        out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
+                   + "  " + cells[-1]).rstrip() + "\n")
+    if args.checks:
+        for r in records:
+            out.write(f"\n{r['at']} (run {r['run_id']}):\n")
+            for c in r["checks"]:
+                out.write(f"  {c['status'].upper():4} {c['id']}: {c['message'] or ''}\n")
+    return int(Exit.OK)

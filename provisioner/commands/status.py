@@ -1,0 +1,105 @@
+"""``provisioner status``: the latest compliance state of every node in the ledger, with drift.
+
+Drift: a node whose latest record differs from its last compliant one (compliance lost, route
+changed, different failing/warning checks, or unreachable since). Exit 0 unless
+``--fail-on-drift`` is given and some node drifted (then 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from provisioner.exitcodes import Exit
+from provisioner.report import node_result
+from provisioner.store import Ledger, display_url, resolve_ledger
+
+HELP = "latest compliance state of every node in the ledger"
+
+
+def add_ledger_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ledger", metavar="PATH|URL",
+                   help="compliance ledger (SQLite path or postgresql+psycopg:// URL); default "
+                        "$GDSFLEET_LEDGER, else .lab/ledger.sqlite for -i inventories/lab, else "
+                        "~/.local/state/gdsfleet/ledger.sqlite")
+    p.add_argument("-i", "--inventory", metavar="INVENTORY",
+                   help="only used to find the default ledger of that inventory")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_ledger_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--drift", action="store_true", help="show only nodes that drifted")
+    p.add_argument("--fail-on-drift", action="store_true",
+                   help="exit 1 when any node drifted (for cron/CI)")
+
+
+def open_ledger(args: argparse.Namespace) -> Ledger:
+    return Ledger.open(resolve_ledger(args.ledger, args.inventory))
+
+
+def _row(x: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "node": x["node"],
+        "result": node_result(x),
+        "at": x["at"],
+        "run_id": x["run_id"],
+        "route": x["route"],
+        "path_taken": x["path_taken"],
+        "failing": x["failing"],
+        "error": x["error"],
+        "drift": x["drift"],
+        "last_compliant_at": (x["baseline"] or {}).get("at") if x["compliant"] is False else x[
+            "at"],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    location = resolve_ledger(args.ledger, args.inventory)
+    with Ledger.open(location) as ledger:
+        rows = [_row(x) for x in ledger.latest()]
+    if args.drift:
+        rows = [r for r in rows if r["drift"]]
+    drifted = sum(1 for r in rows if r["drift"])
+    if args.json:
+        json.dump({"ledger": display_url(location), "nodes": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_table(rows, location)
+    return int(Exit.NOT_COMPLIANT) if args.fail_on_drift and drifted else int(Exit.OK)
+
+
+def print_table(rows: list[dict[str, Any]], location: str) -> None:
+    out = sys.stdout
+    if not rows:
+        out.write(f"no verifications recorded in {display_url(location)}\n")
+        return
+    headers = ["", "NODE", "RESULT", "ROUTE", "I/O PATH", "VERIFIED AT", "FAILING / DRIFT"]
+    table = []
+    for r in rows:
+        note = "; ".join(r["drift"]) if r["drift"] else ", ".join(r["failing"])
+        if r["result"] == "UNREACHABLE" and not r["drift"]:
+            note = str(r["error"] or "")
+        table.append(["!" if r["drift"] else " ", r["node"], r["result"], str(r["route"] or "-"),
+                      str(r["path_taken"] or "-"), r["at"][:19].replace("T", " "), note])
+    if out.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"ledger {display_url(location)}  (! = drift)", title_justify="left")
+        for h in headers:
+            t.add_column(h, overflow="fold")
+        style = {"COMPLIANT": "green", "NOT COMPLIANT": "red", "UNREACHABLE": "yellow"}
+        for cells in table:
+            t.add_row(*cells, style="bold" if cells[0] == "!" else style.get(cells[2], ""))
+        Console(file=out).print(t)
+        return
+    widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
+    for cells in [headers, *table]:
+        out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
+                   + "  " + cells[-1]).rstrip() + "\n")
+    n_drift = sum(1 for c in table if c[0] == "!")
+    out.write(f"\n{len(table)} node(s), {n_drift} drifted (marked !) - ledger "
+              f"{display_url(location)}\n")

@@ -336,6 +336,32 @@ def _suggest(section: str, key: str) -> str:
     return ""
 
 
+def _typename(value: Any) -> str:
+    """A plain type name (Ansible hands over tagged subclasses of str, dict, ...)."""
+    for kind, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"),
+                       (Mapping, "dict"), (list, "list")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _plain(value: Any) -> Any:
+    """The value as plain Python (for messages: no tagged-type reprs)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _walk(
     config: Mapping[str, Any],
     schema: Mapping[str, Any],
@@ -359,7 +385,7 @@ def _walk(
             if not isinstance(value, Mapping):
                 errors.append(
                     f"{path}: expected a mapping (section with keys "
-                    f"{', '.join(sorted(expected))}), got {type(value).__name__} {value!r}"
+                    f"{', '.join(sorted(expected))}), got {_typename(value)} {_plain(value)!r}"
                 )
                 continue
             _walk(value, expected, path + ".", extra, errors)
@@ -372,7 +398,7 @@ def _walk(
             elif isinstance(expected, _Int) and isinstance(value, str) and value.isdigit():
                 hint = f" (write {value} without quotes)"
             errors.append(
-                f"{path}: expected {problem}, got {type(value).__name__} {value!r}{hint}"
+                f"{path}: expected {problem}, got {_typename(value)} {_plain(value)!r}{hint}"
             )
 
 
@@ -491,7 +517,7 @@ def cufile_validate(
         return []
     if not isinstance(config, Mapping):
         return [f"cufile_config: expected a mapping of cufile.json sections, got "
-                f"{type(config).__name__}"]
+                f"{_typename(config)}"]
     errors: list[str] = []
     if "blacklist" in config and "denylist" in config:
         errors.append(

@@ -1,0 +1,753 @@
+# TEST STAND-IN (gdsfleet test harness): the simulated GPU/GDS "hardware" of a node container.
+# Nothing here exists on a real node. It backs the stand-in tools of the node image (modprobe,
+# nvidia-smi, mokutil, gdscheck, the kvikio/cupy modules) so that they present the REAL paths
+# (/proc/driver/nvidia*, /sys/module/*, /proc/kallsyms, /proc/cmdline) the way a GPU node would.
+# Pure Python 3 standard library (no numpy on the node).
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+
+RUN = "/run/gdsfleet-sim"
+PROFILE_FILE = RUN + "/profile.env"
+PROFILES_DIR = "/etc/gdsfleet-sim/profiles"
+READY = RUN + "/ready"
+KALLSYMS = RUN + "/kallsyms"
+CMDLINE = RUN + "/cmdline"
+COUNTERS = RUN + "/nvfs-counters.json"
+LOCK = RUN + "/lock"
+NVFS_PROC = "/proc/driver/nvidia-fs"
+NVIDIA_PROC = "/proc/driver/nvidia"
+SYS_MODULE = "/sys/module"
+NVFS_MAJOR = 241
+
+DEFAULTS = {
+    "SIM_GPU_DRIVER": "open",
+    "SIM_GPU_DRIVER_VERSION": "570.133.20",
+    "SIM_GPU_NAME": "NVIDIA H100 80GB HBM3",
+    "SIM_GPU_COUNT": "2",
+    "SIM_KERNEL_P2PDMA": "0",
+    "SIM_NVME_MULTIPATH": "Y",
+    "SIM_IOMMU": "off",
+    "SIM_SECURE_BOOT": "0",
+    "SIM_DKMS_BUILD": "ok",
+    "SIM_KVIKIO": "1",
+}
+ALLOWED = {
+    "SIM_GPU_DRIVER": {"open", "proprietary", "none"},
+    "SIM_KERNEL_P2PDMA": {"0", "1"},
+    "SIM_NVME_MULTIPATH": {"Y", "N"},
+    "SIM_IOMMU": {"off", "pt", "on"},
+    "SIM_SECURE_BOOT": {"0", "1"},
+    "SIM_DKMS_BUILD": {"ok", "fail"},
+    "SIM_KVIKIO": {"0", "1"},
+}
+GPU_BDFS = ["0000:41:00.0", "0000:61:00.0", "0000:a1:00.0", "0000:c1:00.0",
+            "0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:e1:00.0"]
+NVFS_PARAMS = {"max_devices": "16", "dbg_enabled": "0", "info_enabled": "1",
+               "rw_stats_enabled": "0", "peer_stats_enabled": "0",
+               "use_legacy_p2p_allocation": "1"}
+# nvidia-fs driver version -> the GDS release it was shipped with (src/GDS_VERSION).
+NVFS_GDS_VERSION = {"2.24": "1.13.1.3", "2.25": "1.14.1.1", "2.26": "1.15.1.6"}
+# Modules present on the simulated kernel (modprobe can load them); the first list is loaded
+# at boot.
+BOOT_MODULES = ["nvme", "nvme_core", "loop", "xfs", "ext4", "overlay", "md_mod", "dm_mod"]
+AVAILABLE_MODULES = BOOT_MODULES + ["raid0", "raid1", "raid456", "nvme_fabrics", "nvme_rdma",
+                                    "nvme_tcp", "ib_core", "mlx5_core", "mlx5_ib", "rdma_cm",
+                                    "ib_uverbs", "br_netfilter"]
+
+
+# ----------------------------------------------------------------------------- profile
+def parse_env(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def resolve_profile(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Profile file named by GDSFLEET_SIM_PROFILE (default nvfs), then SIM_* overrides."""
+    environ = dict(os.environ if environ is None else environ)
+    name = environ.get("GDSFLEET_SIM_PROFILE") or "nvfs"
+    path = os.path.join(PROFILES_DIR, name + ".env")
+    if not os.path.isfile(path):
+        raise SystemExit(f"gdsfleet-sim: unknown profile {name!r} (no {path})")
+    prof = dict(DEFAULTS)
+    with open(path) as fh:
+        prof.update(parse_env(fh.read()))
+    for key, value in environ.items():
+        if key.startswith("SIM_"):
+            prof[key] = value
+    for key, allowed in ALLOWED.items():
+        if prof.get(key) not in allowed:
+            raise SystemExit(f"gdsfleet-sim: {key}={prof.get(key)!r} not in {sorted(allowed)}")
+    if prof["SIM_GPU_DRIVER"] == "none":
+        prof["SIM_GPU_COUNT"] = "0"
+    prof["GDSFLEET_SIM_PROFILE"] = name
+    return prof
+
+
+_PROFILE: dict[str, str] | None = None
+
+
+def profile() -> dict[str, str]:
+    global _PROFILE
+    if _PROFILE is None:
+        try:
+            with open(PROFILE_FILE) as fh:
+                _PROFILE = dict(DEFAULTS) | parse_env(fh.read())
+        except FileNotFoundError:
+            _PROFILE = dict(DEFAULTS)
+    return _PROFILE
+
+
+def kernel() -> str:
+    return os.uname().release
+
+
+def arch() -> str:
+    return os.uname().machine
+
+
+@contextlib.contextmanager
+def locked():
+    os.makedirs(RUN, exist_ok=True)
+    with open(LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def write_in_place(path: str, text: str) -> None:
+    """Truncate and rewrite (keeps the inode: bind mounts of the file stay valid)."""
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def read(path: str, default: str = "") -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return default
+
+
+# ----------------------------------------------------------------------------- GPUs
+def gpu_driver() -> str:
+    return profile()["SIM_GPU_DRIVER"]
+
+
+def driver_version() -> str:
+    return profile()["SIM_GPU_DRIVER_VERSION"]
+
+
+def cuda_driver_version() -> int:
+    """The CUDA version the simulated driver supports (nvidia-smi 'CUDA Version')."""
+    try:
+        major = int(driver_version().split(".")[0])
+    except ValueError:
+        return 0
+    for floor, cuda in ((580, 13000), (575, 12090), (570, 12080), (565, 12070), (560, 12060),
+                        (555, 12050), (550, 12040), (545, 12030), (535, 12020)):
+        if major >= floor:
+            return cuda
+    return 12000
+
+
+SEED_FILE = "/var/lib/gdsfleet-sim/seed"
+
+
+def machine_seed() -> str:
+    """Per-container identity (GPU UUIDs): GDSFLEET_SIM_SEED, else a random one kept on disk."""
+    seed = os.environ.get("GDSFLEET_SIM_SEED") or read(SEED_FILE).strip()
+    if not seed:
+        seed = hashlib.sha256(os.urandom(16)).hexdigest()[:16]
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(SEED_FILE), exist_ok=True)
+            write_in_place(SEED_FILE, seed + "\n")
+    return seed
+
+
+def gpus() -> list[dict[str, object]]:
+    prof = profile()
+    if prof["SIM_GPU_DRIVER"] == "none":
+        return []
+    count = max(0, min(int(prof.get("SIM_GPU_COUNT") or 0), len(GPU_BDFS)))
+    seed = machine_seed()
+    out = []
+    for i in range(count):
+        h = hashlib.sha256(f"{seed}/{i}".encode()).hexdigest()
+        uuid = f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        name = prof.get("SIM_GPU_NAME") or "NVIDIA H100 80GB HBM3"
+        mem = 81559 if "80GB" in name else (40960 if "40GB" in name else 46068)
+        out.append({"index": i, "bdf": GPU_BDFS[i], "uuid": uuid, "name": name,
+                    "memory_mib": mem, "bar1_mib": 131072 if "H100" in name else 65536,
+                    "compute_cap": "9.0" if "H100" in name else "8.0"})
+    return out
+
+
+# ----------------------------------------------------------------------------- modules
+def module_loaded(name: str) -> bool:
+    return os.path.isdir(os.path.join(SYS_MODULE, name.replace("-", "_")))
+
+
+def dkms_module_file(module: str) -> str:
+    return f"/lib/modules/{kernel()}/updates/dkms/{module}.ko"
+
+
+def dkms_module_info(module: str) -> dict[str, str] | None:
+    """What the stand-in dkms installed for the running kernel (None when absent)."""
+    text = read(dkms_module_file(module), "")
+    if not text:
+        return None
+    return parse_env(text)
+
+
+def nvfs_version() -> str | None:
+    info = dkms_module_info("nvidia-fs")
+    return info.get("version") if info else None
+
+
+def patched_nvme() -> bool:
+    """True when a GDS-patched nvme driver (MLNX_OFED / DOCA mlnx-nvme-dkms) is in place."""
+    return dkms_module_info("nvme") is not None
+
+
+def modprobe_options(module: str) -> dict[str, str]:
+    """`options <module> k=v ...` lines from /etc/modprobe.d/*.conf (and /lib/modprobe.d)."""
+    opts: dict[str, str] = {}
+    want = module.replace("-", "_")
+    files = sorted(glob.glob("/lib/modprobe.d/*.conf")) + sorted(glob.glob("/etc/modprobe.d/*.conf"))
+    for path in files:
+        for line in read(path).splitlines():
+            parts = line.split("#", 1)[0].split()
+            if len(parts) >= 3 and parts[0] == "options" and parts[1].replace("-", "_") == want:
+                for kv in parts[2:]:
+                    k, _, v = kv.partition("=")
+                    opts[k] = v.strip('"')
+    return opts
+
+
+def _mkmod(name: str, version: str | None = None, params: dict[str, str] | None = None) -> None:
+    base = os.path.join(SYS_MODULE, name)
+    os.makedirs(base, exist_ok=True)
+    write_in_place(base + "/initstate", "live\n")
+    write_in_place(base + "/refcnt", "0\n")
+    if version:
+        write_in_place(base + "/version", version + "\n")
+    if params:
+        os.makedirs(base + "/parameters", exist_ok=True)
+        for k, v in params.items():
+            write_in_place(f"{base}/parameters/{k}", v + "\n")
+
+
+MOK_ENROLLED = "/var/lib/gdsfleet-sim/mok-enrolled"
+MOK_PENDING = RUN + "/mok-pending"
+
+
+def secure_boot_blocks() -> bool:
+    """Secure Boot on and no MOK enrolled: unsigned DKMS modules are rejected."""
+    return profile()["SIM_SECURE_BOOT"] == "1" and not read(MOK_ENROLLED).strip()
+
+
+def load_module(name: str, args: dict[str, str] | None = None) -> tuple[int, str]:
+    """Simulated insmod. Returns (exit status, message for stderr)."""
+    name = name.replace("-", "_")
+    if module_loaded(name):
+        return 0, ""
+    rejected = (f"modprobe: ERROR: could not insert '{name}': Key was rejected by service")
+    kr = kernel()
+    notfound = f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{kr}"
+    params = modprobe_options(name)
+    params.update(args or {})
+    if name == "nvidia_fs":
+        version = nvfs_version()
+        if version is None:
+            return 1, notfound
+        if secure_boot_blocks():
+            return 1, rejected
+        if not module_loaded("nvidia") or gpu_driver() != "open":
+            return 1, ("modprobe: ERROR: could not insert 'nvidia_fs': Unknown symbol in module, "
+                       "or unknown parameter (see dmesg)")
+        values = dict(NVFS_PARAMS)
+        for k, v in params.items():
+            if k not in values:
+                return 1, ("modprobe: ERROR: could not insert 'nvidia_fs': Unknown symbol in "
+                           "module, or unknown parameter (see dmesg)")
+            values[k] = v
+        with locked():
+            _mkmod("nvidia_fs", version, values)
+            _nvfs_proc_create(version)
+        return 0, ""
+    if name in ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"):
+        if gpu_driver() == "none":
+            return 1, notfound
+        _mkmod(name, driver_version())
+        return 0, ""
+    if name == "nvme" and patched_nvme():
+        if secure_boot_blocks():
+            return 1, rejected
+        _mkmod(name, "1.0")
+        return 0, ""
+    if name in AVAILABLE_MODULES:
+        if name == "nvme_core":
+            mp = params.get("multipath", profile()["SIM_NVME_MULTIPATH"])
+            mp = {"0": "N", "1": "Y", "n": "N", "y": "Y"}.get(mp, mp)
+            _mkmod(name, None, {"multipath": mp})
+        else:
+            _mkmod(name)
+        return 0, ""
+    return 1, notfound
+
+
+def unload_module(name: str) -> tuple[int, str]:
+    name = name.replace("-", "_")
+    path = os.path.join(SYS_MODULE, name)
+    if not os.path.isdir(path):
+        return 1, f"modprobe: FATAL: Module {name} is not in kernel."
+    if name == "nvidia" and module_loaded("nvidia_fs"):
+        return 1, "modprobe: FATAL: Module nvidia is in use."
+    subprocess.run(["rm", "-rf", path], check=False)
+    if name == "nvidia_fs":
+        with locked():
+            subprocess.run(["rm", "-rf", NVFS_PROC], check=False)
+            for dev in glob.glob("/dev/nvidia-fs*"):
+                with contextlib.suppress(OSError):
+                    os.unlink(dev)
+            with contextlib.suppress(OSError):
+                os.unlink(COUNTERS)
+    return 0, ""
+
+
+# ----------------------------------------------------------------------------- kallsyms
+_BASE_SYMS = [
+    ("T", "startup_64"), ("T", "secondary_startup_64"), ("T", "_stext"), ("T", "do_one_initcall"),
+    ("T", "printk"), ("T", "kmalloc_trace"), ("T", "kfree"), ("T", "vfs_read"),
+    ("T", "vfs_write"), ("T", "do_sys_open"), ("T", "submit_bio"), ("T", "bio_alloc_bioset"),
+    ("T", "blk_mq_start_request"), ("T", "dma_map_sg_attrs"), ("T", "dma_unmap_sg_attrs"),
+    ("T", "iommu_map"), ("T", "pci_enable_device"), ("T", "pci_find_capability"),
+    ("T", "pci_bus_read_config_dword"), ("T", "get_user_pages_fast"), ("T", "pin_user_pages"),
+    ("T", "memremap_pages"), ("T", "devm_memremap_pages"), ("T", "ext4_file_write_iter"),
+    ("T", "iomap_dio_rw"), ("T", "schedule"), ("T", "mutex_lock"), ("T", "_raw_spin_lock"),
+]
+_P2PDMA_SYMS = [("r", "p2pdma_pgmap_ops"), ("T", "pci_p2pdma_add_resource"),
+                ("T", "pci_p2pdma_distance_many"), ("T", "pci_p2pmem_alloc"),
+                ("T", "pci_p2pdma_map_segment")]
+_NVME_SYMS = [("T", "nvme_submit_sync_cmd"), ("T", "nvme_setup_cmd"), ("T", "nvme_complete_rq")]
+_NVME_PATCHED = [("T", "nvme_v1_register_nvfs_dma_ops"), ("T", "nvme_v1_unregister_nvfs_dma_ops")]
+_NVFS_SYMS = [("t", "nvfs_mgroup_get"), ("t", "nvfs_io_start_op"), ("t", "nvfs_blk_rq_map_sg")]
+
+
+def kallsyms_text() -> str:
+    lines = []
+    addr = 0xFFFFFFFF81000000
+    for kind, sym in _BASE_SYMS + (_P2PDMA_SYMS if profile()["SIM_KERNEL_P2PDMA"] == "1" else []):
+        lines.append(f"{addr:016x} {kind} {sym}")
+        addr += 0x1A30
+    maddr = 0xFFFFFFFFC0600000
+    nvme = _NVME_SYMS + (_NVME_PATCHED if patched_nvme() else [])
+    for kind, sym in nvme:
+        lines.append(f"{maddr:016x} {kind} {sym}\t[nvme]")
+        maddr += 0x2F0
+    if module_loaded("nvidia_fs"):
+        maddr = 0xFFFFFFFFC0F00000
+        for kind, sym in _NVFS_SYMS:
+            lines.append(f"{maddr:016x} {kind} {sym}\t[nvidia_fs]")
+            maddr += 0x410
+    return "\n".join(lines) + "\n"
+
+
+def refresh_kallsyms() -> None:
+    if os.path.exists(KALLSYMS):
+        write_in_place(KALLSYMS, kallsyms_text())
+
+
+def kallsyms_has(symbol: str) -> bool:
+    for line in read("/proc/kallsyms").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == symbol:
+            return True
+    return False
+
+
+def cmdline_text() -> str:
+    iommu = {"off": "intel_iommu=off amd_iommu=off", "pt": "intel_iommu=on iommu=pt",
+             "on": "intel_iommu=on"}[profile()["SIM_IOMMU"]]
+    return (f"BOOT_IMAGE=/boot/vmlinuz-{kernel()} root=UUID=5b2a7c9e-3f1d-4c6a-9e0b-1d2c3b4a5f60 "
+            f"ro {iommu} quiet\n")
+
+
+# ----------------------------------------------------------------------------- nvidia-fs
+def _nvfs_proc_create(version: str) -> None:
+    os.makedirs(NVFS_PROC, exist_ok=True)
+    major_minor = ".".join(version.split(".")[:2])
+    write_in_place(NVFS_PROC + "/version", f"version: {major_minor}\n")
+    ndev = int(read(SYS_MODULE + "/nvidia_fs/parameters/max_devices", "16").strip() or 16)
+    write_in_place(NVFS_PROC + "/devcount", f"{ndev}\n")
+    write_in_place(NVFS_PROC + "/bridges", "")
+    write_in_place(NVFS_PROC + "/modules", "nvme: 1.0\n" if patched_nvme() else "")
+    write_in_place(NVFS_PROC + "/peer_affinity",
+                   "GPU P2P DMA distribution based on pci-distance\n")
+    write_in_place(NVFS_PROC + "/peer_distance",
+                   "gpu\t\tpeer\t\tpeerrank\t\tp2pdist\tlink\tclass\n")
+    for i in range(ndev):
+        dev = f"/dev/nvidia-fs{i}"
+        if not os.path.exists(dev):
+            with contextlib.suppress(OSError):
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(NVFS_MAJOR, i))
+    with contextlib.suppress(OSError):
+        os.unlink(COUNTERS)
+    render_stats()
+    refresh_kallsyms()
+
+
+_COUNTER_KEYS = [
+    "reads_n", "reads_ok", "reads_err", "reads_bytes", "reads_iostate_err", "read_bw", "read_lat",
+    "writes_n", "writes_ok", "writes_err", "writes_bytes", "writes_iostate_err", "write_bw",
+    "write_lat", "pg_cache", "pg_cache_fail", "pg_cache_eio",
+    "sparse_n", "sparse_io", "sparse_holes", "sparse_pages",
+    "mmap_n", "mmap_ok", "mmap_err", "munmap",
+    "bar1_n", "bar1_ok", "bar1_err", "bar1_free", "bar1_callbacks", "bar1_delay_frees",
+    "batches_n", "batches_ok", "batches_err", "batch_lat",
+]
+
+
+def load_counters() -> dict:
+    try:
+        with open(COUNTERS) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        data = {}
+    for k in _COUNTER_KEYS:
+        data.setdefault(k, 0)
+    data.setdefault("gpus", {})
+    data.setdefault("rendered_sha", "")
+    return data
+
+
+def save_counters(data: dict) -> None:
+    os.makedirs(RUN, exist_ok=True)
+    tmp = COUNTERS + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, COUNTERS)
+
+
+def nvfs_param(name: str) -> str:
+    return read(f"{SYS_MODULE}/nvidia_fs/parameters/{name}", NVFS_PARAMS.get(name, "0")).strip()
+
+
+def stats_text(c: dict) -> str:
+    version = read(SYS_MODULE + "/nvidia_fs/version", "2.25.7").strip()
+    gds = NVFS_GDS_VERSION.get(".".join(version.split(".")[:2]), "1.14.1.1")
+    rw = nvfs_param("rw_stats_enabled") not in ("0", "")
+    peer = nvfs_param("peer_stats_enabled") not in ("0", "")
+    level = "debug" if nvfs_param("dbg_enabled") not in ("0", "") else (
+        "info" if nvfs_param("info_enabled") not in ("0", "") else "warn")
+    mib = 1024 * 1024
+    out = [
+        f"GDS Version: {gds} ",
+        "NVFS statistics(ver: 4.0)",
+        f"NVFS Driver(version: {version})",
+        "Mellanox PeerDirect Supported: " + ("True" if patched_nvme() else "False"),
+        f"IO stats: {'Enabled' if rw else 'Disabled'}, "
+        f"peer IO stats: {'Enabled' if peer else 'Disabled'}",
+        f"Logging level: {level}",
+        "",
+        "Active Shadow-Buffer (MiB): 0",
+        "Active Process: 0",
+    ]
+    if rw:
+        out.append(f"Batches\t\t\t\t: n={c['batches_n']} ok={c['batches_ok']} "
+                   f"err={c['batches_err']} Avg-Submit-Latency(usec)={c['batch_lat']}")
+        out.append(f"Reads\t\t\t\t: n={c['reads_n']} ok={c['reads_ok']} err={c['reads_err']} "
+                   f"readMiB={c['reads_bytes'] // mib} io_state_err={c['reads_iostate_err']}")
+        out.append(f"Reads\t\t\t\t: Bandwidth(MiB/s)={c['read_bw']} "
+                   f"Avg-Latency(usec)={c['read_lat']}")
+    else:
+        out.append(f"Reads\t\t\t\t: err={c['reads_err']} io_state_err={c['reads_iostate_err']}")
+    out.append(f"Sparse Reads\t\t        : n={c['sparse_n']} io={c['sparse_io']} "
+               f"holes={c['sparse_holes']} pages={c['sparse_pages']} ")
+    pg = (f"pg-cache={c['pg_cache']} pg-cache-fail={c['pg_cache_fail']} "
+          f"pg-cache-eio={c['pg_cache_eio']}")
+    if rw:
+        out.append(f"Writes\t\t\t\t: n={c['writes_n']} ok={c['writes_ok']} err={c['writes_err']} "
+                   f"writeMiB={c['writes_bytes'] // mib} io_state_err={c['writes_iostate_err']} "
+                   + pg)
+        out.append(f"Writes\t\t\t\t: Bandwidth(MiB/s)={c['write_bw']} "
+                   f"Avg-Latency(usec)={c['write_lat']}")
+    else:
+        out.append(f"Writes\t\t\t\t: err={c['writes_err']} "
+                   f"io_state_err={c['writes_iostate_err']} " + pg)
+    out.append(f"Mmap\t\t\t\t: n={c['mmap_n']} ok={c['mmap_ok']} err={c['mmap_err']} "
+               f"munmap={c['munmap']}")
+    out.append(f"Bar1-map\t\t\t: n={c['bar1_n']} ok={c['bar1_ok']} err={c['bar1_err']} "
+               f"free={c['bar1_free']} callbacks={c['bar1_callbacks']} active=0 "
+               f"delay-frees={c['bar1_delay_frees']}")
+    out.append("Error\t\t\t\t: cpu-gpu-pages=0 sg-ext=0 dma-map=0 dma-ref=0")
+    out.append("Ops\t\t\t\t: Read=0 Write=0 BatchIO=0")
+    for bdf, g in sorted(c["gpus"].items()):
+        hexuuid = g["uuid"]
+        out.append(f"GPU {bdf} uuid:{hexuuid} : Registered_MiB=0 Cache_MiB=0 "
+                   f"max_pinned_MiB={g['max_pinned_mib']} ")
+    return "\n".join(out) + "\n"
+
+
+def render_stats(c: dict | None = None) -> None:
+    """(Re)write /proc/driver/nvidia-fs/stats from the counters (caller holds the lock)."""
+    if not module_loaded("nvidia_fs") or not os.path.isdir(NVFS_PROC):
+        return
+    if c is None:
+        c = load_counters()
+    text = stats_text(c)
+    write_in_place(NVFS_PROC + "/stats", text)
+    c["rendered_sha"] = hashlib.sha256(text.encode()).hexdigest()
+    c["rw_seen"] = nvfs_param("rw_stats_enabled")
+    save_counters(c)
+
+
+def poll_stats() -> None:
+    """Called by the init loop: a write to stats resets the counters (like the real driver);
+    a changed module parameter re-renders the header."""
+    if not module_loaded("nvidia_fs"):
+        return
+    with locked():
+        c = load_counters()
+        current = read(NVFS_PROC + "/stats")
+        if hashlib.sha256(current.encode()).hexdigest() != c.get("rendered_sha"):
+            gpus_kept = {k: dict(v, max_pinned_mib=0) for k, v in c["gpus"].items()}
+            c = load_counters_blank()
+            c["gpus"] = gpus_kept
+            render_stats(c)
+        elif c.get("rw_seen") != nvfs_param("rw_stats_enabled"):
+            render_stats(c)
+
+
+def load_counters_blank() -> dict:
+    data: dict = {k: 0 for k in _COUNTER_KEYS}
+    data["gpus"] = {}
+    data["rendered_sha"] = ""
+    return data
+
+
+def record_direct_io(kind: str, nbytes: int, chunk: int, gpu_index: int, seconds: float) -> None:
+    """Count one buffer's direct (GPUDirect) I/O in the simulated nvidia-fs stats."""
+    if not module_loaded("nvidia_fs"):
+        return
+    with locked():
+        c = load_counters()
+        ops = max(1, -(-nbytes // chunk))
+        mib = 1024 * 1024
+        c["mmap_n"] += 1
+        c["mmap_ok"] += 1
+        c["munmap"] += 1
+        c["bar1_n"] += 1
+        c["bar1_ok"] += 1
+        c["bar1_free"] += 1
+        c["bar1_callbacks"] += 0
+        if nvfs_param("rw_stats_enabled") not in ("0", ""):
+            pre = "reads" if kind == "read" else "writes"
+            c[pre + "_n"] += ops
+            c[pre + "_ok"] += ops
+            c[pre + "_bytes"] += nbytes
+            bw = int(nbytes / mib / max(seconds, 1e-6))
+            c["read_bw" if kind == "read" else "write_bw"] = bw
+            c["read_lat" if kind == "read" else "write_lat"] = int(seconds * 1e6 / ops)
+        gl = gpus()
+        if gl:
+            g = gl[min(gpu_index, len(gl) - 1)]
+            entry = c["gpus"].setdefault(g["bdf"], {"uuid": g["uuid"], "max_pinned_mib": 0})
+            entry["max_pinned_mib"] = max(entry["max_pinned_mib"], -(-nbytes // mib))
+        render_stats(c)
+
+
+# ----------------------------------------------------------------------------- cufile.json
+def strip_json_comments(text: str) -> str:
+    out = []
+    i, n, in_str = 0, len(text), False
+    while i < n:
+        ch = text[i]
+        if in_str:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+            out.append(ch)
+        elif text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+
+
+def cufile_json_path() -> str:
+    return os.environ.get("CUFILE_ENV_PATH_JSON") or "/etc/cufile.json"
+
+
+def cufile_config() -> tuple[dict, str | None]:
+    """(parsed cufile.json or {}, error message when present but unparsable)."""
+    path = cufile_json_path()
+    text = read(path, "")
+    if not text:
+        return {}, None
+    try:
+        data = json.loads(strip_json_comments(text))
+    except ValueError as exc:
+        return {}, f"failed to parse {path}: {exc}"
+    return (data if isinstance(data, dict) else {}), None
+
+
+def _get(cfg: dict, dotted: str, default: object) -> object:
+    cur: object = cfg
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return default
+        cur = cur[part]
+    return cur
+
+
+def _env_bool(name: str) -> bool | None:
+    v = os.environ.get(name)
+    if v is None:
+        return None
+    return v.strip().lower() in ("1", "true", "yes", "on")
+
+
+def cufile_settings() -> dict[str, object]:
+    cfg, err = cufile_config()
+    s = {
+        "allow_compat_mode": bool(_get(cfg, "properties.allow_compat_mode", True)),
+        "force_compat_mode": bool(_get(cfg, "properties.force_compat_mode", False)),
+        "use_pci_p2pdma": bool(_get(cfg, "properties.use_pci_p2pdma", False)),
+        "nvme_use_pci_p2pdma": bool(_get(cfg, "block.nvme.use_pci_p2pdma", False)),
+        "max_direct_io_size_kb": int(_get(cfg, "properties.max_direct_io_size_kb", 16384)),
+        "cufile_stats": int(_get(cfg, "profile.cufile_stats", 0)),
+        "parse_error": err,
+        "config": cfg,
+    }
+    for key, env in (("allow_compat_mode", "CUFILE_ALLOW_COMPAT_MODE"),
+                     ("force_compat_mode", "CUFILE_FORCE_COMPAT_MODE"),
+                     ("use_pci_p2pdma", "CUFILE_USE_PCIP2PDMA")):
+        val = _env_bool(env)
+        if val is not None:
+            s[key] = val
+    return s
+
+
+# ----------------------------------------------------------------------------- filesystems
+def mount_of(path: str) -> tuple[str, str, set[str]]:
+    """(mount point, fstype, options incl. super options) of the filesystem holding path."""
+    path = os.path.realpath(path)
+    best = ("/", "unknown", set())
+    best_len = -1
+    for line in read("/proc/self/mountinfo").splitlines():
+        left, _, right = line.partition(" - ")
+        lparts, rparts = left.split(), right.split()
+        if len(lparts) < 6 or len(rparts) < 3:
+            continue
+        mnt = lparts[4].replace("\\040", " ")
+        inside = path == mnt or path.startswith(mnt.rstrip("/") + "/") or mnt == "/"
+        if inside and len(mnt) >= best_len:
+            opts = set(lparts[5].split(",")) | set(rparts[2].split(","))
+            best, best_len = (mnt, rparts[0], opts), len(mnt)
+    return best
+
+
+def fs_supports_gds(path: str) -> tuple[bool, str]:
+    mnt, fstype, opts = mount_of(path)
+    if fstype == "xfs":
+        return True, f"xfs at {mnt}"
+    if fstype == "ext4":
+        if "data=ordered" in opts:
+            return True, f"ext4 (data=ordered) at {mnt}"
+        return False, f"ext4 at {mnt} is not mounted with data=ordered"
+    return False, f"filesystem {fstype} at {mnt} is not supported by GDS"
+
+
+# ----------------------------------------------------------------------------- routes
+def nvfs_route_usable() -> tuple[bool, str]:
+    if gpu_driver() != "open":
+        return False, "GPU driver is not the open kernel module"
+    if not module_loaded("nvidia_fs"):
+        return False, "nvidia-fs driver is not loaded"
+    if not kallsyms_has("nvme_v1_register_nvfs_dma_ops"):
+        return False, "NVMe Driver not registered with nvidia-fs"
+    return True, "nvfs"
+
+
+def p2pdma_route_usable(settings: dict[str, object] | None = None) -> tuple[bool, str]:
+    s = settings or cufile_settings()
+    if gpu_driver() != "open":
+        return False, "GPU driver is not the open kernel module"
+    if not (s["use_pci_p2pdma"] and s["nvme_use_pci_p2pdma"]):
+        return False, "use_pci_p2pdma not enabled in properties and block.nvme"
+    if not kallsyms_has("p2pdma_pgmap_ops"):
+        return False, "kernel has no P2PDMA support (p2pdma_pgmap_ops missing)"
+    return True, "p2pdma"
+
+
+def direct_route(path: str | None = None) -> tuple[str | None, str]:
+    """The usable direct route for I/O on path ('nvfs'|'p2pdma'), or (None, reason)."""
+    s = cufile_settings()
+    if not gpus():
+        return None, "no CUDA-capable device is detected"
+    if s["force_compat_mode"]:
+        return None, "force_compat_mode is set"
+    if s["use_pci_p2pdma"]:
+        ok, why = p2pdma_route_usable(s)
+    else:
+        ok, why = nvfs_route_usable()
+    if not ok:
+        return None, why
+    if path is not None:
+        fs_ok, fs_why = fs_supports_gds(path)
+        if not fs_ok:
+            return None, fs_why
+    return ("p2pdma" if s["use_pci_p2pdma"] else "nvfs"), why
+
+
+def libcufile_installed_version() -> str | None:
+    best: tuple[int, ...] | None = None
+    for path in glob.glob("/usr/local/cuda-*/targets/*/lib/libcufile.so.*.*.*"):
+        m = re.search(r"libcufile\.so\.(\d+(?:\.\d+)+)$", path)
+        if m:
+            v = tuple(int(x) for x in m.group(1).split("."))
+            best = v if best is None or v > best else best
+    return ".".join(map(str, best)) if best else None
+
+
+def shquote(s: str) -> str:
+    return shlex.quote(s)
+
+
+def now() -> float:
+    return time.monotonic()

@@ -419,8 +419,14 @@ class Engine:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RolloutResult:
+        return self.run_with(None)
+
+    def run_with(self, on_run_id: Callable[[str], None] | None) -> RolloutResult:
+        """Run; ``on_run_id`` learns the run id (new or resumed) before any node changes."""
         started = time.monotonic()
         plan, resumed, steps = self.prepare()
+        if on_run_id is not None:
+            on_run_id(self.run_id)
         for w in plan.waves:
             for p in w.nodes:
                 rec = steps.get(p.name, {})

@@ -1,0 +1,300 @@
+"""``provisioner rollout``: provision the fleet in gated waves (canary first), resumable.
+
+Every input is checked before anything runs (inventory, host pattern, wave spec, budgets,
+hook templates, --confirm without a terminal): bad input exits 64 and touches nothing. Then the
+fleet lock is taken (exit 75 when another rollout holds it), an unfinished run of the same
+fleet is resumed or a new one planned, and the engine walks the waves. Exit codes:
+docs/rollout.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from provisioner.commands.plan import add_selection_arguments
+from provisioner.errors import UsageError
+
+HELP = "provision the fleet in gated waves (canary first), resumable"
+
+_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_selection_arguments(p)
+    g = p.add_argument_group("gates and budgets")
+    g.add_argument("--max-parallel", "-f", type=int, default=10, metavar="N",
+                   help="nodes in flight within a wave: Ansible forks and parallel "
+                        "verifications (default 10)")
+    g.add_argument("--max-failures", default="0", metavar="N|P%",
+                   help="failures tolerated per wave after the canary (default 0); any canary "
+                        "failure stops the rollout")
+    g.add_argument("--max-total-failures", default=None, metavar="N|P%",
+                   help="failures tolerated over the whole rollout (default: no overall cap)")
+    g.add_argument("--health-threshold", default="1.0", metavar="FRACTION|P%",
+                   help="share of already-rolled nodes that must still verify compliant before "
+                        "each next wave (default 1.0 = all)")
+    g.add_argument("--no-health-gate", action="store_true",
+                   help="do not re-verify already-rolled nodes before each wave")
+    g.add_argument("--pause-between-waves", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long between waves (Ctrl-C stops; the command resumes)")
+    g.add_argument("--confirm", action="store_true",
+                   help="ask before each wave after the canary (needs a terminal)")
+    g.add_argument("--allow-reboot", action="store_true",
+                   help="reboot nodes that report a reboot required (playbooks/reboot.yml), "
+                        "then verify them; without it they end as 'reboot_pending'")
+    g.add_argument("--restart", action="store_true",
+                   help="abandon an unfinished rollout of this fleet and plan a new one")
+
+    c = p.add_argument_group("what runs")
+    c.add_argument("--playbook", metavar="FILE", help="playbook (default playbooks/site.yml)")
+    c.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra variable for the playbook (repeatable)")
+    c.add_argument("--no-verify", action="store_true",
+                   help="provision only; no verification, no health gate (benchmarks; nodes "
+                        "are then recorded as 'skipped', never 'compliant')")
+    c.add_argument("--playbook-timeout", type=int, default=None, metavar="SECONDS",
+                   help="deadline of one wave's playbook run")
+
+    v = p.add_argument_group("verification (the gate)")
+    v.add_argument("--policy", metavar="FILE", help="policy YAML")
+    v.add_argument("--io-size", metavar="SIZE",
+                   help="I/O test size after provisioning (default: the policy's)")
+    v.add_argument("--health-io-size", metavar="SIZE", default="4M",
+                   help="I/O test size of the health gate's cheap re-verification (default 4M)")
+    v.add_argument("--io-path", metavar="DIR", help="directory for the I/O test file")
+    v.add_argument("--io-timeout", type=float, default=600.0, metavar="SECONDS")
+    v.add_argument("--known-hosts", metavar="FILE", action="append", default=[],
+                   help="extra known_hosts file for verification (repeatable)")
+    v.add_argument("--accept-new-host-keys", action="store_true",
+                   help="add unknown host keys to the project-managed known_hosts")
+    v.add_argument("--ssh-config", metavar="FILE", default="~/.ssh/config")
+    v.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS")
+
+    d = p.add_argument_group("drain hooks (e.g. Slurm); {node} and {address} are substituted, "
+                                "shell-quoted")
+    d.add_argument("--drain-cmd", metavar="TEMPLATE",
+                   help="run before a node is provisioned; a failure skips the node")
+    d.add_argument("--drain-wait-cmd", metavar="TEMPLATE",
+                   help="polled after --drain-cmd until it exits 0")
+    d.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS")
+    d.add_argument("--drain-poll", type=float, default=5.0, metavar="SECONDS")
+    d.add_argument("--resume-cmd", metavar="TEMPLATE",
+                   help="run after the node verified compliant")
+
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
+    o.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    o.add_argument("--events-log", metavar="FILE",
+                   help="append per-host playbook events as JSON lines (default: runner/"
+                        "events.jsonl beside a SQLite ledger)")
+    o.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _extravars(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not _VAR_RE.match(key):
+            raise UsageError(f"-e {item!r}: give KEY=VALUE with a plain variable name")
+        if any(c in value for c in "`\n\r") or "$(" in value:
+            raise UsageError(f"-e {key}: the value holds command substitution or a newline")
+        out[key] = value
+    return out
+
+
+def _validate(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything that can be refused is refused here, before any node or lock is touched."""
+    from provisioner.rollout.drain import DrainHooks
+    from provisioner.rollout.planner import parse_budget, parse_threshold, parse_wave_spec
+
+    parse_wave_spec(args.waves)
+    if args.max_parallel < 1:
+        raise UsageError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+    if args.pause_between_waves < 0:
+        raise UsageError("--pause-between-waves must be 0 or more")
+    if args.confirm and not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError(
+            "--confirm asks a person before each wave, but there is no terminal here; run it "
+            "from a terminal, or use --pause-between-waves / budgets in unattended runs"
+        )
+    if args.json == "-":
+        args.quiet = True
+    from provisioner.rollout.adapters import default_playbook
+
+    playbook = Path(args.playbook) if args.playbook else default_playbook("site.yml")
+    if not playbook.is_file():
+        raise UsageError(f"playbook {str(playbook)!r} does not exist")
+    reboot_pb = default_playbook("reboot.yml")
+    if args.allow_reboot and not reboot_pb.is_file():
+        raise UsageError(f"--allow-reboot needs {str(reboot_pb)!r}, which does not exist")
+    from provisioner.verify.policy import parse_size
+
+    sizes = {}
+    for opt in ("io_size", "health_io_size"):
+        val = getattr(args, opt)
+        if val:
+            try:
+                sizes[opt] = parse_size(val)
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"--{opt.replace('_', '-')} {val!r}: {exc}") from exc
+    return {
+        "max_failures": parse_budget(args.max_failures, option="--max-failures"),
+        "max_total_failures": parse_budget(args.max_total_failures,
+                                           option="--max-total-failures")
+        if args.max_total_failures is not None else None,
+        "health_threshold": parse_threshold(args.health_threshold),
+        "drain": DrainHooks.from_options(args.drain_cmd, args.resume_cmd, args.drain_wait_cmd,
+                                         args.drain_timeout, args.drain_poll),
+        "extravars": _extravars(args.extra_var),
+        "playbook": playbook,
+        "reboot_playbook": reboot_pb,
+        "sizes": sizes,
+    }
+
+
+def _verifier(args: argparse.Namespace, nodes: dict[str, Any], sizes: dict[str, int]) -> Any:
+    from dataclasses import replace
+
+    from provisioner.rollout.adapters import SshVerifier
+    from provisioner.ssh import SSHSettings, runner_factory
+    from provisioner.verify.model import IoTestOptions
+    from provisioner.verify.policy import Policy
+
+    try:
+        policy = Policy.from_file(args.policy) if args.policy else Policy.default()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--policy {args.policy}: {exc}") from exc
+    kwargs: dict[str, Any] = {
+        "size_bytes": sizes.get("io_size") or policy.io_test_size,
+        "path": args.io_path,
+        "timeout_s": args.io_timeout,
+    }
+    if getattr(policy, "gds_mount", None):
+        kwargs["default_path"] = policy.gds_mount
+    io = IoTestOptions(**kwargs)
+    cheap = replace(io, size_bytes=min(io.size_bytes, sizes.get("health_io_size", 4 << 20)))
+    t = args.connect_timeout
+    settings = SSHSettings(
+        connect_timeout=t, banner_timeout=1.5 * t, auth_timeout=1.5 * t,
+        channel_timeout=1.5 * t,
+        known_hosts=tuple(os.path.expanduser(k) for k in args.known_hosts),
+        accept_new_host_keys=args.accept_new_host_keys,
+        ssh_config=None if str(args.ssh_config).lower() == "none" else args.ssh_config,
+    )
+    return SshVerifier(nodes, policy=policy, io=io, cheap_io=cheap,
+                       parallel=args.max_parallel, make_runner=runner_factory(settings))
+
+
+def _confirm(wave: Any) -> bool:
+    sys.stderr.write(f"\nproceed with {wave.label} ({len(wave)} node(s): "
+                     f"{', '.join(wave.names()[:10])}{' ...' if len(wave) > 10 else ''})? "
+                     f"[y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = input()
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from provisioner.inventory import load_inventory
+    from provisioner.rollout.adapters import REPO, AnsibleProvisioner
+    from provisioner.rollout.engine import Engine, RolloutOptions
+    from provisioner.rollout.lock import fleet_lock
+    from provisioner.rollout.progress import (
+        make_observer,
+        summary_table,
+        write_json,
+        write_junit,
+    )
+    from provisioner.store import Ledger, display_url, fleet_id, resolve_ledger
+
+    checked = _validate(args)
+    inventory = load_inventory(args.inventory, args.limit)
+    nodes = {n.name: n for n in inventory.nodes}
+    fleet = fleet_id(args.inventory)
+    location = resolve_ledger(args.ledger, args.inventory)
+    verifier = None if args.no_verify else _verifier(args, nodes, checked["sizes"])
+
+    if not os.environ.get("ANSIBLE_COLLECTIONS_PATH") and (REPO / ".lab/collections").is_dir():
+        # where scripts/install_collection.sh installs the built collection
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(REPO / ".lab/collections")
+
+    lock = fleet_lock(location, fleet)
+    with lock:
+        ledger = Ledger.open(location)
+        try:
+            if args.restart:
+                old = ledger.last_unfinished_run("rollout", fleet)
+                if old:
+                    ledger.finish_run(old, "abandoned")
+            if "://" not in location:
+                state_dir = Path(location).expanduser().resolve().parent / "runner"
+                pdd: Path | None = state_dir
+            else:
+                state_dir, pdd = Path.cwd(), None
+            events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
+            recorded = {k: v for k, v in vars(args).items()
+                        if not k.startswith("_") and not callable(v)}
+            recorded["argv"] = sys.argv[1:]
+            options = RolloutOptions(
+                waves=args.waves,
+                max_parallel=args.max_parallel,
+                max_failures=checked["max_failures"],
+                max_total_failures=checked["max_total_failures"],
+                health_threshold=checked["health_threshold"],
+                health_gate=not args.no_health_gate,
+                verify=not args.no_verify,
+                force=args.force,
+                allow_reboot=args.allow_reboot,
+                pause_between_waves=args.pause_between_waves,
+                resume=True,
+                args=recorded,
+            )
+            provisioner = AnsibleProvisioner(
+                inventory=args.inventory,
+                playbook=checked["playbook"],
+                reboot_playbook=checked["reboot_playbook"],
+                forks=args.max_parallel,
+                extravars=checked["extravars"],
+                private_data_dir=pdd,
+                events_log=events_log,
+                timeout=args.playbook_timeout,
+            )
+            observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
+            engine = Engine(
+                ledger=ledger,
+                fleet=fleet,
+                targets=inventory.names(),
+                provisioner=provisioner,
+                verifier=verifier,
+                options=options,
+                observer=observer,
+                drain=checked["drain"],
+                addresses={n.name: n.address for n in inventory.nodes},
+                confirm=_confirm if args.confirm else None,
+            )
+            try:
+                result = engine.run_with(lambda rid: setattr(provisioner, "run_tag", rid))
+            finally:
+                close = getattr(observer, "close", None)
+                if close is not None:
+                    close()
+        finally:
+            ledger.close()
+    if not args.quiet:
+        summary_table(result)
+        sys.stderr.write(f"ledger: {display_url(location)} (run {result.run_id})\n")
+    extra = {"ledger": display_url(location), "inventory": str(args.inventory)}
+    if args.json:
+        write_json(result, args.json, **extra)
+    if args.junit:
+        write_junit(result, args.junit)
+    return int(result.exit_code)

@@ -1,0 +1,166 @@
+"""The real Provisioner and Verifier behind the engine's interfaces.
+
+:class:`AnsibleProvisioner` runs the collection's ``playbooks/site.yml`` (and
+``playbooks/reboot.yml`` when the rollout decides a reboot) through ansible-runner, one run per
+wave, and appends every per-host event to an events log (JSON lines) so that what each run
+touched can be shown afterwards. :class:`SshVerifier` runs the verify helper's ``verify_node``
+over SSH, in parallel, bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ConnectError
+from provisioner.inventory import Node
+from provisioner.rollout.runner import HostOutcome, run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def default_playbook(name: str) -> Path:
+    """``<repo>/playbooks/<name>``; GDSFLEET_PLAYBOOK_DIR overrides the folder."""
+    base = os.environ.get("GDSFLEET_PLAYBOOK_DIR")
+    return (Path(base) if base else REPO / "playbooks") / name
+
+
+class AnsibleProvisioner:
+    def __init__(
+        self,
+        *,
+        inventory: str | os.PathLike[str],
+        playbook: str | os.PathLike[str],
+        reboot_playbook: str | os.PathLike[str],
+        forks: int,
+        extravars: Mapping[str, Any] | None = None,
+        private_data_dir: str | os.PathLike[str] | None = None,
+        events_log: str | os.PathLike[str] | None = None,
+        run_tag: str = "",
+        timeout: int | None = None,
+    ) -> None:
+        self.inventory = Path(inventory)
+        self.playbook = Path(playbook)
+        self.reboot_playbook = Path(reboot_playbook)
+        self.forks = forks
+        self.extravars = dict(extravars or {})
+        self.private_data_dir = Path(private_data_dir) if private_data_dir else None
+        self.events_log = Path(events_log) if events_log else None
+        self.run_tag = run_tag
+        self.timeout = timeout
+        self._lock = threading.Lock()
+
+    def _log(self, wave: int, kind: str, host: str, event: str, task: str) -> None:
+        if self.events_log is None:
+            return
+        line = json.dumps({
+            "run": self.run_tag, "pid": os.getpid(), "wave": wave, "playbook": kind,
+            "host": host, "event": event, "task": task,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })
+        with self._lock, open(self.events_log, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+
+    def _run(
+        self, playbook: Path, kind: str, hosts: Sequence[str], wave: int,
+        on_host_event: Callable[[str, str, str], None] | None,
+    ) -> Mapping[str, HostOutcome]:
+        if self.events_log is not None:
+            self.events_log.parent.mkdir(parents=True, exist_ok=True)
+        for h in hosts:
+            self._log(wave, kind, h, "start", "")
+
+        def on_event(host: str, event: str, task: str) -> None:
+            self._log(wave, kind, host, event, task)
+            if on_host_event is not None:
+                on_host_event(host, event, task)
+
+        res = run_playbook(
+            playbook,
+            self.inventory,
+            list(hosts),
+            forks=self.forks,
+            extravars=self.extravars,
+            private_data_dir=self.private_data_dir,
+            on_host_event=on_event,
+            timeout=self.timeout,
+        )
+        for h, out in res.hosts.items():
+            self._log(wave, kind, h, f"outcome:{out.status.value}", out.failed_task or "")
+        return res.hosts
+
+    def provision(
+        self, hosts: Sequence[str], *, wave: int, on_host_event: Callable[[str, str, str], None]
+    ) -> Mapping[str, HostOutcome]:
+        return self._run(self.playbook, "site", hosts, wave, on_host_event)
+
+    def reboot(self, hosts: Sequence[str], *, wave: int) -> Mapping[str, HostOutcome]:
+        return self._run(self.reboot_playbook, "reboot", hosts, wave, None)
+
+
+class SshVerifier:
+    """verify_node over SSH for each host, ``parallel`` at a time; reports as dicts."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        *,
+        policy: Any,
+        io: Any,
+        cheap_io: Any,
+        parallel: int,
+        make_runner: Callable[[Node], Any],
+    ) -> None:
+        self.nodes = dict(nodes)
+        self.policy = policy
+        self.io = io
+        self.cheap_io = cheap_io
+        self.parallel = parallel
+        self.make_runner = make_runner
+
+    def _one(self, node: Node, io: Any) -> dict[str, Any]:
+        from provisioner.commands.verify import verify_one
+
+        try:
+            runner = self.make_runner(node)
+        except ConnectError as exc:
+            return {"name": node.name, "reachable": False, "compliant": False,
+                    "route": "unknown", "checks": [], "io_test": {"path_taken": "skipped"},
+                    "facts": {}, "error": str(exc)}
+        return verify_one(runner, node.name, self.policy, io)
+
+    def verify(
+        self,
+        hosts: Sequence[str],
+        *,
+        cheap: bool,
+        on_report: Callable[[dict[str, Any]], None],
+    ) -> dict[str, dict[str, Any]]:
+        from provisioner.fleet import HostResult, run_parallel
+
+        io = self.cheap_io if cheap else self.io
+        out: dict[str, dict[str, Any]] = {}
+
+        def done(res: HostResult[dict[str, Any]]) -> None:
+            doc = res.value if res.value is not None else {
+                "name": res.name, "reachable": True, "compliant": False, "route": "unknown",
+                "checks": [], "io_test": {"path_taken": "skipped"}, "facts": {},
+                "error": f"internal error: {res.error!r}",
+            }
+            out[res.name] = doc
+            on_report(doc)
+
+        run_parallel(
+            [self.nodes[h] for h in hosts],
+            lambda n: self._one(n, io),
+            parallel=self.parallel,
+            name=lambda n: n.name,
+            on_result=done,
+        )
+        return out

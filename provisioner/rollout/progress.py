@@ -1,0 +1,268 @@
+"""What a person sees during and after a rollout, and the machine-readable reports.
+
+:class:`LiveObserver` draws a live view with rich (overall bar, wave bar, a table of per-node
+states); :class:`PlainObserver` prints one line per event when the output is not a terminal
+(CI logs, pipes). Both go to stderr so ``--json -`` keeps stdout clean. ``summary_table``,
+``write_json`` and ``write_junit`` render the final result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from provisioner.rollout.engine import (
+    COMPLIANT,
+    DONE_STEPS,
+    FAILED,
+    REBOOT_PENDING,
+    SKIPPED,
+    RolloutResult,
+    WaveSummary,
+)
+from provisioner.rollout.planner import Plan, Wave
+
+_STYLE = {
+    "pending": "dim",
+    "provisioning": "cyan",
+    "rebooting": "magenta",
+    "verifying": "blue",
+    COMPLIANT: "green",
+    FAILED: "red",
+    SKIPPED: "yellow",
+    REBOOT_PENDING: "yellow",
+}
+
+
+class PlainObserver:
+    """One line per event, for logs and pipes."""
+
+    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
+        self.out = stream or sys.stderr
+        self.verbose = verbose
+        self.total = 0
+        self.finished = 0
+        self._lock = threading.Lock()
+        self._last: dict[str, str] = {}
+
+    def _print(self, text: str) -> None:
+        with self._lock:
+            self.out.write(text + "\n")
+            self.out.flush()
+
+    def plan(self, plan: Plan, *, run_id: str, resumed: bool, done: Mapping[str, str]) -> None:
+        self.total = len(plan)
+        self.finished = len(done)
+        what = "resuming" if resumed else "starting"
+        self._print(
+            f"rollout {run_id}: {what}: {len(plan)} node(s) in {len(plan.waves)} wave(s) "
+            f"({plan.spec})" + (f"; {len(done)} already finished" if done else "")
+        )
+
+    def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:
+        self._print(f"== {wave.label}: {len(todo)} node(s): {', '.join(todo)}")
+
+    def node(self, name: str, step: str, message: str = "") -> None:
+        if self._last.get(name) == step and not self.verbose:
+            return
+        self._last[name] = step
+        if step in DONE_STEPS:
+            self.finished += 1
+        tail = f" ({message})" if message and step in DONE_STEPS else ""
+        self._print(f"[{self.finished}/{self.total}] {name}: {step}{tail}")
+
+    def gate(self, name: str, ok: bool, message: str) -> None:
+        self._print(f"gate {name}: {'pass' if ok else 'FAIL'}: {message}")
+
+    def wave_end(self, wave: Wave, summary: WaveSummary) -> None:
+        self._print(
+            f"== {wave.label}: {summary.compliant} compliant, {summary.failures} failure(s) "
+            f"(allowed {summary.allowed_failures}), {summary.reboot_pending} reboot pending, "
+            f"{summary.duration_s:.1f}s: {'passed' if summary.passed else 'STOPPED'}"
+        )
+
+    def message(self, text: str) -> None:
+        self._print(text)
+
+    def close(self) -> None:
+        pass
+
+
+class LiveObserver:
+    """rich live view: overall bar, wave bar and per-node states (a terminal only)."""
+
+    def __init__(self, console: Any = None) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            console=self.console,
+        )
+        self.overall = self.progress.add_task("overall", total=1)
+        self.wave_task: Any = None
+        self.states: dict[str, tuple[str, str]] = {}
+        self.wave_nodes: list[str] = []
+        self._lock = threading.Lock()
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4,
+                         transient=False)
+        self.live.start()
+
+    def _render(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+        table.add_column("node")
+        table.add_column("step")
+        table.add_column("detail", overflow="fold")
+        for name in self.wave_nodes[-40:]:
+            step, msg = self.states.get(name, ("pending", ""))
+            table.add_row(name, f"[{_STYLE.get(step, '')}]{step}[/]", msg[:100])
+        return Group(self.progress, table)
+
+    def _refresh(self) -> None:
+        self.live.update(self._render())
+
+    def plan(self, plan: Plan, *, run_id: str, resumed: bool, done: Mapping[str, str]) -> None:
+        with self._lock:
+            self.progress.update(self.overall, total=len(plan), completed=len(done),
+                                 description=f"rollout {run_id}")
+            if resumed:
+                self.console.print(f"resuming rollout {run_id}: {len(done)} node(s) finished")
+            self._refresh()
+
+    def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:
+        with self._lock:
+            if self.wave_task is not None:
+                self.progress.remove_task(self.wave_task)
+            self.wave_task = self.progress.add_task(wave.label, total=len(todo))
+            self.wave_nodes = list(todo)
+            self._refresh()
+
+    def node(self, name: str, step: str, message: str = "") -> None:
+        with self._lock:
+            before = self.states.get(name, ("", ""))[0]
+            self.states[name] = (step, message)
+            if step in DONE_STEPS and before not in DONE_STEPS:
+                self.progress.advance(self.overall)
+                if self.wave_task is not None:
+                    self.progress.advance(self.wave_task)
+            self._refresh()
+
+    def gate(self, name: str, ok: bool, message: str) -> None:
+        with self._lock:
+            self.console.print(f"gate {name}: {'[green]pass' if ok else '[red]FAIL'}[/] {message}")
+
+    def wave_end(self, wave: Wave, summary: WaveSummary) -> None:
+        with self._lock:
+            verdict = "[green]passed[/]" if summary.passed else "[red]STOPPED[/]"
+            self.console.print(
+                f"{wave.label}: {summary.compliant} compliant, {summary.failures} failure(s) "
+                f"(allowed {summary.allowed_failures}) {verdict}"
+            )
+
+    def message(self, text: str) -> None:
+        with self._lock:
+            self.console.print(text)
+
+    def close(self) -> None:
+        self.live.stop()
+
+
+def make_observer(*, quiet: bool = False, plain: bool | None = None) -> Any:
+    """Live view on a terminal, plain lines otherwise, nothing when quiet."""
+    from provisioner.rollout.engine import NullObserver
+
+    if quiet:
+        return NullObserver()
+    if plain is None:
+        plain = not sys.stderr.isatty() or os.environ.get("TERM") == "dumb"
+    return PlainObserver() if plain else LiveObserver()
+
+
+def summary_table(result: RolloutResult, stream: IO[str] | None = None) -> None:
+    """The final per-node table and the verdict."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream or sys.stderr, width=140 if stream is None else 140)
+    table = Table(title=f"rollout {result.run_id}: {result.status}", show_lines=False)
+    for col in ("node", "wave", "action", "step", "detail"):
+        table.add_column(col, overflow="fold")
+    for n in result.nodes.values():
+        wave = "canary" if n.wave == 0 else str(n.wave)
+        detail = n.reason + (" (finished earlier)" if n.carried_over else "")
+        table.add_row(n.name, wave, n.action, f"[{_STYLE.get(n.step, '')}]{n.step}[/]",
+                      detail[:160])
+    console.print(table)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items()))
+    console.print(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
+                  f"exit {int(result.exit_code)}")
+
+
+def _atomic_write(path: str, data: str) -> None:
+    if path == "-":
+        sys.stdout.write(data)
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:
+    doc = {"kind": "rollout", "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                             time.gmtime())}
+    doc.update(result.to_dict())
+    doc.update(extra)
+    return doc
+
+
+def write_json(result: RolloutResult, path: str, **extra: Any) -> None:
+    _atomic_write(path, json.dumps(report_dict(result, **extra), indent=2, default=str) + "\n")
+
+
+def write_junit(result: RolloutResult, path: str) -> None:
+    """One testsuite per wave, one testcase per node; failed/unreachable are failures."""
+    suites = ET.Element("testsuites", name=f"gdsfleet rollout {result.run_id}")
+    by_wave: dict[int, list[Any]] = {}
+    for n in result.nodes.values():
+        by_wave.setdefault(n.wave, []).append(n)
+    for w in result.plan.waves:
+        nodes = by_wave.get(w.index, [])
+        suite = ET.SubElement(suites, "testsuite", name=w.label, tests=str(len(nodes)))
+        fails = skipped = 0
+        for n in nodes:
+            case = ET.SubElement(suite, "testcase", classname=f"rollout.{w.label}",
+                                 name=n.name, time=f"{n.duration_s:.3f}")
+            if n.failure or n.step == FAILED:
+                fails += 1
+                el = ET.SubElement(case, "failure", message=f"{n.failure or n.step}: "
+                                   f"{n.reason}"[:500], type=n.failure or "failed")
+                el.text = json.dumps(n.to_dict(), indent=1, default=str)
+            elif n.step != COMPLIANT:
+                skipped += 1
+                ET.SubElement(case, "skipped", message=f"{n.step}: {n.reason}"[:500])
+        suite.set("failures", str(fails))
+        suite.set("skipped", str(skipped))
+    ET.indent(suites)
+    _atomic_write(path, ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")

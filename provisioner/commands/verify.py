@@ -83,10 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _validate(args: argparse.Namespace) -> None:
     if args.local and args.inventory:
         raise UsageError("--local and -i/--inventory exclude each other: pick one")
-    if not args.local and not args.inventory:
-        raise UsageError("say which nodes: -i INVENTORY [--limit PATTERN], or --local")
     if args.limit and not args.inventory:
         raise UsageError("--limit selects nodes of an inventory: add -i INVENTORY")
+    if not args.local and not args.inventory:
+        raise UsageError("say which nodes: -i INVENTORY [--limit PATTERN], or --local")
     if args.parallel < 1:
         raise UsageError(f"--parallel must be at least 1 (got {args.parallel})")
     if args.retries < 0:

@@ -61,7 +61,7 @@ class Sshd:
             "LogLevel ERROR\n"
         )
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)])
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:

@@ -226,7 +226,7 @@ def _flatten(data: Any, prefix: str = "") -> list[str]:
 
 
 def _known(dotted: str) -> bool:
-    if dotted in KNOWN_KEYS:
+    if dotted in KNOWN_KEYS or dotted + ".*" in KNOWN_KEYS:
         return True
     parts = dotted.split(".")
     return any(".".join(parts[:i]) + ".*" in KNOWN_KEYS for i in range(1, len(parts)))

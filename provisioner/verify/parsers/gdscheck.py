@@ -206,7 +206,7 @@ def parse(text: str) -> GdsCheck:
             iommu = "disabled" if value.lower().startswith("disabled") else value
             if "pass-through or enabled" in low or value.lower().startswith("enabled"):
                 iommu_warning = s
-        elif "acs" in low and ("enabled" in low or "found" in low) and "acsctl" not in low:
+        elif re.search(r"\bACS\b", s) and "enabled" in low:
             acs.append(s)
         if "warn" in low:
             warnings.append(s)

@@ -525,6 +525,7 @@ def cufile_validate(
             "denylist: move its entries under denylist"
         )
     data = normalize(config)
+    data.pop("blacklist", None)
     _walk(data, SCHEMA, "", frozenset(extra_keys), errors)
     slab = _get(data, "properties.gpu_bounce_buffer_slab_config")
     if isinstance(slab, Mapping):

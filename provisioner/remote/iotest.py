@@ -148,7 +148,12 @@ def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
     res["gpu_name"] = _plain(props.get("name")) if isinstance(props, dict) else None
 
     res["stage"] = "driver"
-    driver: Any = getattr(kvikio, "cufile_driver", None)
+    # kvikio does not import its cufile_driver submodule on `import kvikio` (seen with
+    # kvikio 26.10 on a real H100): import it explicitly.
+    try:
+        import kvikio.cufile_driver as driver  # type: ignore
+    except Exception:  # noqa: BLE001
+        driver = getattr(kvikio, "cufile_driver", None)
     properties: Any = getattr(driver, "properties", None)
     res["is_gds_available"] = _plain(_safe(lambda: properties.is_gds_available))
     res["libcufile_version"] = _plain(_safe(lambda: driver.libcufile_version()))

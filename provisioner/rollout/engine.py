@@ -253,15 +253,20 @@ class Stop(Exception):
 def reboot_required(report: Mapping[str, Any]) -> bool:
     """Does a verification report say the node waits for a reboot?
 
-    verify's facts carry it (``facts.reboot_required``, from /var/lib/gdsfleet/reboot-required);
-    the raw file content is the fallback.
+    verify's facts carry it (``facts.reboot.required``, from /var/lib/gdsfleet/reboot-required),
+    or its ``reboot.pending`` check; the raw file content is the last fallback.
     """
     facts = report.get("facts") or {}
-    if isinstance(facts, Mapping) and "reboot_required" in facts:
-        val = facts["reboot_required"]
-        if isinstance(val, Mapping):
-            return bool(val.get("required", val.get("present", False)))
-        return bool(val)
+    if isinstance(facts, Mapping):
+        for key in ("reboot", "reboot_required"):
+            if key in facts:
+                val = facts[key]
+                if isinstance(val, Mapping):
+                    return bool(val.get("required", False))
+                return bool(val)
+    for check in report.get("checks") or []:
+        if isinstance(check, Mapping) and check.get("id") == "reboot.pending":
+            return check.get("status") in ("fail", "warn")
     raw = report.get("raw") or {}
     item = raw.get("reboot_required") if isinstance(raw, Mapping) else None
     if isinstance(item, Mapping):
@@ -319,11 +324,16 @@ class Engine:
         self.nodes: dict[str, NodeResult] = {}
         self.run_id = ""
         self._total_failures = 0
+        from provisioner.rollout.state import ResultWriter
+
+        self._writer = ResultWriter(ledger, "")
 
     # ------------------------------------------------------------------ planning / resume
     def _latest(self) -> dict[str, dict[str, Any]]:
+        from provisioner.rollout.state import latest_states
+
         wanted = set(self.targets)
-        return {r["node"]: r for r in self.ledger.latest() if r.get("node") in wanted}
+        return {n: r for n, r in latest_states(self.ledger).items() if n in wanted}
 
     def prepare(self) -> tuple[Plan, bool, dict[str, dict[str, Any]]]:
         """Find an unfinished run to resume, or plan and start a new one."""
@@ -376,6 +386,7 @@ class Engine:
     def _step(self, name: str, step: str, wave: int, detail: Mapping[str, Any] | None = None,
               message: str = "", failure: str | None = None) -> None:
         with self._lock:
+            self._writer.flush()  # results queued for this node land before its next step
             self.ledger.set_step(self.run_id, name, step, wave=wave,
                                  detail={**dict(detail or {}), "failure": failure})
             node = self.nodes[name]
@@ -390,10 +401,8 @@ class Engine:
                 failure: str | None = None) -> None:
         name = str(report.get("name"))
         with self._lock:
-            self.ledger.record_verification(
-                self.run_id, report, step=step, wave=wave,
-                detail={**dict(detail or {}), "failure": failure},
-            )
+            # group commit: the verification and the step it decides go in one transaction
+            self._writer.add(report, step, wave, {**dict(detail or {}), "failure": failure})
             node = self.nodes.get(name)
             if node is not None and step is not None:
                 node.step = step
@@ -409,12 +418,15 @@ class Engine:
         assert self.verifier is not None
         if not hosts:
             return {}
-        reports = self.verifier.verify(hosts, cheap=cheap, on_report=on_report)
-        for h in hosts:  # a verifier that lost a node: unreachable, never silently compliant
-            if h not in reports:
-                rep = _unreachable_report(h, "no verification result")
-                on_report(rep)
-                reports[h] = rep
+        try:
+            reports = self.verifier.verify(hosts, cheap=cheap, on_report=on_report)
+            for h in hosts:  # a verifier that lost a node: unreachable, never silently compliant
+                if h not in reports:
+                    rep = _unreachable_report(h, "no verification result")
+                    on_report(rep)
+                    reports[h] = rep
+        finally:
+            self._writer.flush()
         return reports
 
     # ------------------------------------------------------------------ the run
@@ -425,6 +437,9 @@ class Engine:
         """Run; ``on_run_id`` learns the run id (new or resumed) before any node changes."""
         started = time.monotonic()
         plan, resumed, steps = self.prepare()
+        from provisioner.rollout.state import ResultWriter
+
+        self._writer = ResultWriter(self.ledger, self.run_id)
         if on_run_id is not None:
             on_run_id(self.run_id)
         for w in plan.waves:
@@ -459,8 +474,10 @@ class Engine:
             status, code, message = "aborted", Exit.ABORTED, str(stop)
         except KeyboardInterrupt:
             # the ledger holds every finished step; the run stays unfinished -> resumable
+            self._writer.flush()
             self.obs.message("interrupted: run the same command again to resume")
             raise
+        self._writer.flush()
         if status == "succeeded":
             good = (COMPLIANT,) if self.opts.verify else (COMPLIANT, SKIPPED)
             bad = [n.step for n in self.nodes.values() if n.step not in good or n.failure]

@@ -256,6 +256,10 @@ def test_reboot_decision(required: bool, allow: bool, rebooted: bool, decision: 
 
 
 def test_reboot_required_from_facts_or_raw() -> None:
+    assert reboot_required({"facts": {"reboot": {"required": True, "reasons": ["nvidia-fs"]}}})
+    assert not reboot_required({"facts": {"reboot": {"required": False, "reasons": []}}})
+    assert reboot_required({"checks": [{"id": "reboot.pending", "status": "warn"}]})
+    assert not reboot_required({"checks": [{"id": "reboot.pending", "status": "pass"}]})
     assert reboot_required({"facts": {"reboot_required": True}})
     assert not reboot_required({"facts": {"reboot_required": False}})
     assert reboot_required({"raw": {"reboot_required": {"rc": 0, "out": "nvidia-fs\n"}}})

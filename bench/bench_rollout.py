@@ -1,0 +1,212 @@
+"""Rollout benchmarks (not a test): prints figures, each against a baseline run in this script.
+
+1. Overhead: ``provisioner rollout --no-verify`` over 8 fresh simulated nodes vs raw
+   ``ansible-playbook playbooks/site.yml`` with the equivalent ``serial`` batches on 8 other
+   fresh nodes (target ratio <= 1.10).
+2. Reconcile: a re-run of ``provisioner rollout`` over the compliant fleet vs the first rollout
+   with verification (target <= 0.25).
+3. Scale: planning 10,000 nodes (waves + actions from a ledger holding 10,000 latest records)
+   and writing 10,000 node results to the ledger (targets < 1 s and < 5 s); the time ansible-core
+   takes to load a 10,000-host inventory is printed beside it.
+
+    .venv/bin/python bench/bench_rollout.py            # all three (brings fleets up and down)
+    .venv/bin/python bench/bench_rollout.py --only 3   # the scale figures only (no containers)
+
+Parts 1 and 2 run on the SIMULATED lab fleet (tests/harness): containers with stand-in
+hardware and packages, so the absolute times say nothing about real nodes; the ratios say how
+much the orchestrator adds on top of Ansible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+WAVES = "1,5,100%"  # 8 nodes -> batches 1, 5, 2
+SERIAL = [1, 5, 2]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".lab" / "collections"))
+    env.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "harness" / "containers.conf"))
+    return env
+
+
+def _timed(cmd: list[str], **kw: Any) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, check=False, **kw)
+    dt = time.perf_counter() - t0
+    if p.returncode not in (0,):
+        sys.stderr.write(f"  ({' '.join(cmd[:3])} ... exited {p.returncode}: "
+                         f"{p.stderr.strip().splitlines()[-1:] or ''})\n")
+    return dt, p.returncode
+
+
+@contextmanager
+def fresh_fleet(nodes: int) -> Iterator[Path]:
+    """A fresh simulated fleet (tests.harness.lab up/down); yields the inventory path."""
+    py = str(REPO / ".venv" / "bin" / "python")
+    subprocess.run([py, "-m", "tests.harness.lab", "down"], cwd=REPO, env=_env(),
+                   check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([py, "-m", "tests.harness.lab", "up", "--nodes", str(nodes)], cwd=REPO,
+                   env=_env(), check=True, stdout=subprocess.DEVNULL)
+    try:
+        yield REPO / "inventories" / "lab"
+    finally:
+        subprocess.run([py, "-m", "tests.harness.lab", "down"], cwd=REPO, env=_env(),
+                       check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def serial_playbook(tmp: Path) -> Path:
+    """playbooks/site.yml with ``serial: [1, 5, 2]`` added to its play (the raw baseline)."""
+    import yaml
+
+    plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    for play in plays:
+        play["serial"] = SERIAL
+        play["max_fail_percentage"] = 0
+    out = tmp / "site_serial.yml"
+    out.write_text(yaml.safe_dump(plays, sort_keys=False))
+    return out
+
+
+def part1_overhead(nodes: int, io_size: str) -> dict[str, float]:
+    prov = str(REPO / ".venv" / "bin" / "provisioner")
+    with tempfile.TemporaryDirectory() as tmp:
+        pb = serial_playbook(Path(tmp))
+        with fresh_fleet(nodes) as inv:
+            raw, rc_raw = _timed([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i",
+                                  str(inv), str(pb), "-f", "10"])
+        with fresh_fleet(nodes) as inv:
+            ledger = Path(tmp) / "ledger.sqlite"
+            roll, rc_roll = _timed([prov, "rollout", "-i", str(inv), "--ledger", str(ledger),
+                                    "--waves", WAVES, "--no-verify", "--plain",
+                                    "--max-parallel", "10"])
+    return {"raw_ansible_s": raw, "rollout_no_verify_s": roll, "ratio": roll / raw,
+            "rc_raw": rc_raw, "rc_rollout": rc_roll}
+
+
+def part2_reconcile(nodes: int, io_size: str) -> dict[str, float]:
+    prov = str(REPO / ".venv" / "bin" / "provisioner")
+    with tempfile.TemporaryDirectory() as tmp, fresh_fleet(nodes) as inv:
+        ledger = Path(tmp) / "ledger.sqlite"
+        args = [prov, "rollout", "-i", str(inv), "--ledger", str(ledger), "--waves", WAVES,
+                "--plain", "--max-parallel", "10", "--io-size", io_size]
+        first, rc1 = _timed(args)
+        again, rc2 = _timed(args)
+    return {"first_rollout_s": first, "reconcile_s": again, "ratio": again / first,
+            "rc_first": rc1, "rc_reconcile": rc2}
+
+
+def _report(name: str, i: int) -> dict[str, Any]:
+    checks = [{"id": f"check.{k}", "status": "pass", "expected": "x", "observed": "x",
+               "message": "ok"} for k in range(24)]
+    return {"name": name, "reachable": True, "compliant": True, "route": "nvfs",
+            "error": None, "started_at": "", "duration_s": 1.0, "checks": checks,
+            "io_test": {"path_taken": "direct", "write_gbps": 1.0, "read_gbps": 1.0,
+                        "bytes": 16 << 20, "verified": True},
+            "facts": {"reboot": {"required": False, "reasons": []}},
+            "raw": {"nvfs_stats": "GDS Version: 1.14\n" * 8}}
+
+
+def part3_scale(n: int = 10_000) -> dict[str, float]:
+    from provisioner.inventory import load_inventory
+    from provisioner.rollout.planner import plan_waves
+    from provisioner.rollout.state import ResultWriter, latest_states, seed_pending
+    from provisioner.store import Ledger
+
+    names = [f"gpu-{i:05d}" for i in range(n)]
+    with tempfile.TemporaryDirectory() as tmp:
+        inv = Path(tmp) / "hosts"
+        inv.write_text("[gpu_nodes]\n" + "".join(
+            f"{h} ansible_host=127.0.{(i // 250) % 250}.{1 + i % 250}\n"
+            for i, h in enumerate(names)))
+        t0 = time.perf_counter()
+        inventory = load_inventory(inv, None)
+        load_s = time.perf_counter() - t0
+
+        ledger = Ledger.open(Path(tmp) / "ledger.sqlite")
+        run_id = ledger.start_run("rollout", "bench", {})
+        # write 10,000 node results the way the engine does: each node's verification, checks
+        # and step together, group-committed (provisioner.rollout.state.ResultWriter)
+        t0 = time.perf_counter()
+        writer = ResultWriter(ledger, run_id)
+        for i, h in enumerate(names):
+            writer.add(_report(h, i), "compliant", 2, {"reason": "verified"})
+        writer.flush()
+        write_s = time.perf_counter() - t0
+        # the same through Ledger.record_verification, one transaction per node (reference)
+        t0 = time.perf_counter()
+        for i, h in enumerate(names[:1000]):
+            ledger.record_verification(run_id, _report(h, i), step="compliant", wave=2,
+                                       detail={"reason": "verified"})
+        single_s = (time.perf_counter() - t0) * n / 1000
+
+        # plan: latest state of 10,000 nodes from the ledger + waves + actions + pending rows
+        t0 = time.perf_counter()
+        latest = latest_states(ledger)
+        plan = plan_waves(inventory.names(), "1,5,20%,100%", latest=latest)
+        plan_s = time.perf_counter() - t0
+        run2 = ledger.start_run("rollout", "bench2", {"plan": plan.to_dict()})
+        t0 = time.perf_counter()
+        seed_pending(ledger, run2, plan)
+        seed_s = time.perf_counter() - t0
+        ledger.close()
+    return {"nodes": n, "inventory_load_s": load_s, "plan_s": plan_s,
+            "seed_pending_s": seed_s, "write_results_s": write_s,
+            "write_one_per_txn_s_extrapolated": single_s,
+            "verify_only": plan.counts()["verify"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["1", "2", "3"], action="append")
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--io-size", default="16M")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    parts = set(args.only or ["1", "2", "3"])
+    out: dict[str, Any] = {}
+    if "3" in parts:
+        r = part3_scale()
+        out["scale"] = r
+        print(f"[3] {r['nodes']} nodes: plan {r['plan_s']:.3f}s (target < 1 s; + pending rows "
+              f"{r['seed_pending_s']:.3f}s), write {r['nodes']} node results "
+              f"{r['write_results_s']:.2f}s (target < 5 s; one transaction per node would take "
+              f"~{r['write_one_per_txn_s_extrapolated']:.1f}s); ansible-core inventory load "
+              f"{r['inventory_load_s']:.2f}s (not part of planning)", flush=True)
+    if "1" in parts:
+        r = part1_overhead(args.nodes, args.io_size)
+        out["overhead"] = r
+        print(f"[1] {args.nodes} fresh simulated nodes, batches {SERIAL}: raw ansible-playbook "
+              f"{r['raw_ansible_s']:.1f}s, provisioner rollout --no-verify "
+              f"{r['rollout_no_verify_s']:.1f}s: ratio {r['ratio']:.3f} (target <= 1.10)",
+              flush=True)
+    if "2" in parts:
+        r = part2_reconcile(args.nodes, args.io_size)
+        out["reconcile"] = r
+        print(f"[2] first rollout (verify, io {args.io_size}) {r['first_rollout_s']:.1f}s, "
+              f"reconcile re-run {r['reconcile_s']:.1f}s: ratio {r['ratio']:.3f} "
+              f"(target <= 0.25)", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

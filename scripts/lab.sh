@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One command on a fresh Debian 12 machine: set up, build and install the collection, bring up
+# the SIMULATED lab fleet (podman containers standing in for GPU nodes; no real GPU, NVMe or
+# kernel module is involved), roll GPUDirect Storage out to it with `provisioner rollout`
+# (canary first, gated waves, SQLite ledger in .lab/ledger.sqlite), then show
+# `provisioner status`. The lab stays up afterwards; the last lines say how to tear it down.
+#
+#   scripts/lab.sh                 # 8 simulated nodes
+#   LAB_NODES=4 scripts/lab.sh     # fewer nodes
+#   scripts/lab.sh --waves 1,100%  # extra arguments go to `provisioner rollout`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+nodes=${LAB_NODES:-8}
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+cat <<'BANNER'
+############################################################################
+#  gdsfleet lab: this is a SIMULATION.                                      #
+#  The "GPU nodes" are podman containers on this machine with stand-in      #
+#  NVIDIA/DOCA packages and simulated /proc and /sys files. Nothing here    #
+#  touches real GPUs, NVMe drives or kernel modules.                        #
+############################################################################
+BANNER
+
+say "setup (system packages, .venv, node image, stand-in package repository)"
+bash scripts/setup.sh
+
+export PATH="$root/.venv/bin:$PATH"
+export CONTAINERS_CONF="$root/tests/harness/containers.conf"
+export ANSIBLE_COLLECTIONS_PATH="$root/.lab/collections"
+
+say "build and install the collection gdsfleet.gds into .lab/collections"
+bash scripts/install_collection.sh
+
+say "bring up the simulated lab fleet ($nodes nodes: containers gdsfleet-lab-NN, sshd on 127.0.0.1:22NN)"
+python -m tests.harness.lab up --nodes "$nodes"
+
+ledger="$root/.lab/ledger.sqlite"
+say "plan (changes nothing)"
+provisioner plan -i inventories/lab --ledger "$ledger"
+
+say "rollout to the simulated fleet (ledger $ledger)"
+set +e
+provisioner rollout -i inventories/lab --ledger "$ledger" --io-size "${LAB_IO_SIZE:-64M}" \
+  --json "$root/.lab/rollout-report.json" --junit "$root/.lab/rollout-report.xml" "$@"
+rc=$?
+set -e
+
+say "status (latest verification of every node in the ledger)"
+provisioner status --ledger "$ledger" || true
+
+cat <<EOF
+
+The simulated lab is still up (provisioner rollout exited $rc; reports in .lab/rollout-report.*).
+  run it again (reconcile, fast):  .venv/bin/provisioner rollout -i inventories/lab
+  verify the nodes yourself:       .venv/bin/provisioner verify -i inventories/lab
+  tear the lab down:               CONTAINERS_CONF=$CONTAINERS_CONF .venv/bin/python -m tests.harness.lab down
+(remember: a SIMULATION - containers with stand-in hardware, not GPU nodes)
+EOF
+exit "$rc"

@@ -324,6 +324,7 @@ class Engine:
         self.nodes: dict[str, NodeResult] = {}
         self.run_id = ""
         self._total_failures = 0
+        self._changed_since_gate = True
         from provisioner.rollout.state import ResultWriter
 
         self._writer = ResultWriter(ledger, "")
@@ -360,9 +361,8 @@ class Engine:
                     for n in w.get("nodes", [])
                 ]
                 first = [
-                    PlannedNode(p.name, Action.RESUME, f"caught mid-step "
-                                f"({steps[p.name]['step']}); redone first")
-                    if p.name in mid else p
+                    PlannedNode(p.name, Action.RESUME,
+                                f"caught mid-step ({steps[p.name]['step']}); redone first")
                     for p in planned
                     if p.name in mid
                 ]
@@ -440,6 +440,8 @@ class Engine:
         from provisioner.rollout.state import ResultWriter
 
         self._writer = ResultWriter(self.ledger, self.run_id)
+        # a resumed run cannot know what the killed attempt changed: gate it
+        self._changed_since_gate = resumed
         if on_run_id is not None:
             on_run_id(self.run_id)
         for w in plan.waves:
@@ -530,6 +532,10 @@ class Engine:
         rolled = [n.name for n in self.nodes.values() if n.step == COMPLIANT]
         if not rolled:
             return
+        if not self._changed_since_gate:
+            self.obs.gate("health", True, f"before {wave.label}: skipped, nothing changed since "
+                          f"the {len(rolled)} rolled node(s) were verified")
+            return
         healthy: list[str] = []
         unhealthy: list[str] = []
 
@@ -548,6 +554,7 @@ class Engine:
         if unhealthy:
             msg += "; not compliant now: " + ", ".join(sorted(unhealthy))
         ok = frac >= self.opts.health_threshold
+        self._changed_since_gate = False
         self.obs.gate("health", ok, msg)
         if not ok:
             raise Stop(f"health gate failed {msg}")
@@ -663,6 +670,7 @@ class Engine:
             ready.append(name)
         if not ready:
             return
+        self._changed_since_gate = True
         for name in ready:
             self._step(name, PROVISIONING, w, {"action": "provision"})
         t0 = time.monotonic()

@@ -205,6 +205,18 @@ def test_reconcile_verifies_and_skips_compliant_nodes(ledger: Ledger) -> None:
     assert detail["action"] == "verify-only"
 
 
+def test_reconcile_of_a_compliant_fleet_only_verifies_once(ledger: Ledger) -> None:
+    f = FakeFleet()
+    engine(ledger, f).run()
+    f.provision_calls.clear()
+    f.verify_calls.clear()
+    res = engine(ledger, f).run()
+    assert res.exit_code is Exit.OK and f.provision_calls == []
+    # no health gate re-verification: nothing changed since the rolled nodes were verified
+    assert [cheap for _h, cheap in f.verify_calls] == [False, False, False]
+    assert sorted(sum((h for h, _c in f.verify_calls), [])) == NODES
+
+
 def test_force_reprovisions(ledger: Ledger) -> None:
     f = FakeFleet()
     engine(ledger, f).run()

@@ -21,6 +21,7 @@ The orchestrator, not this script, decides which path the data took (it parses t
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -64,29 +65,50 @@ def _safe(fn, default=None):  # type: ignore[no-untyped-def]
 
 
 def _plain(value):  # type: ignore[no-untyped-def]
-    """JSON-safe rendering of values coming from kvikio/cupy (enums, bytes, tuples)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """JSON-safe rendering of values coming from kvikio/cupy (enums by name, bytes, tuples)."""
+    if value is None or isinstance(value, bool):
+        return value
+    name = getattr(value, "name", None)
+    if isinstance(name, str) and type(value).__module__ != "builtins":
+        return name  # e.g. kvikio.CompatMode.OFF (an IntEnum) -> "OFF"
+    if isinstance(value, (int, float, str)):
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace").rstrip("\x00")
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    name = getattr(value, "name", None)
-    if isinstance(name, str):
-        return name
     return str(value)
 
 
-def compat_preferred(kvikio) -> object:  # type: ignore[no-untyped-def]
-    defaults = getattr(kvikio, "defaults", None)
-    for attr in ("is_compat_mode_preferred", "compat_mode"):
-        fn = getattr(defaults, attr, None)
-        if callable(fn):
-            value = _safe(fn)
-            if attr == "compat_mode":
-                return {"compat_mode": _plain(value)}
-            return _plain(value)
+def submodule(pkg: Any, name: str) -> Any:
+    """``pkg.name``: real kvikio (26.10) binds neither ``defaults`` nor ``cufile_driver`` on
+    ``import kvikio``, so import them explicitly; fall back to the attribute."""
+    try:
+        return importlib.import_module(pkg.__name__ + "." + name)
+    except Exception:  # noqa: BLE001 - a kvikio without that module
+        return getattr(pkg, name, None)
+
+
+def compat_preferred(kvikio: Any) -> object:
+    """kvikio's view of compat mode, whichever API this kvikio has."""
+    defaults = submodule(kvikio, "defaults")
+    fn = getattr(defaults, "is_compat_mode_preferred", None)
+    if callable(fn):
+        return _plain(_safe(fn))
+    fn = getattr(defaults, "compat_mode", None)
+    if callable(fn):
+        return {"compat_mode": _plain(_safe(fn))}
     return None
+
+
+def compat_setting(kvikio: Any) -> object:
+    """The compat_mode setting (ON/OFF/AUTO) as kvikio resolved it."""
+    defaults = submodule(kvikio, "defaults")
+    get = getattr(defaults, "get", None)
+    if callable(get):
+        return _plain(_safe(lambda: get("compat_mode")))
+    fn = getattr(defaults, "compat_mode", None)
+    return _plain(_safe(fn)) if callable(fn) else None
 
 
 def _sync(cupy) -> None:  # type: ignore[no-untyped-def]
@@ -148,16 +170,16 @@ def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
     res["gpu_name"] = _plain(props.get("name")) if isinstance(props, dict) else None
 
     res["stage"] = "driver"
-    # kvikio does not import its cufile_driver submodule on `import kvikio` (seen with
-    # kvikio 26.10 on a real H100): import it explicitly.
-    try:
-        import kvikio.cufile_driver as driver  # type: ignore
-    except Exception:  # noqa: BLE001
-        driver = getattr(kvikio, "cufile_driver", None)
+    driver: Any = submodule(kvikio, "cufile_driver")
     properties: Any = getattr(driver, "properties", None)
     res["is_gds_available"] = _plain(_safe(lambda: properties.is_gds_available))
     res["libcufile_version"] = _plain(_safe(lambda: driver.libcufile_version()))
+    res["cufile_nvfs_version"] = _plain(
+        _safe(lambda: [properties.major_version, properties.minor_version])
+    )
+    res["cufile_allow_compat_mode"] = _plain(_safe(lambda: properties.allow_compat_mode))
     res["compat_mode_preferred"] = compat_preferred(kvikio)
+    res["compat_mode"] = compat_setting(kvikio)
 
     data = buf = None
     try:
@@ -169,6 +191,9 @@ def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
         try:
             res["handle_compat_preferred"] = _plain(
                 _safe(getattr(fh, "is_compat_mode_preferred", lambda: None))
+            )
+            res["handle_direct_io_supported"] = _plain(
+                _safe(getattr(fh, "is_direct_io_supported", lambda: None))
             )
             res["stage"] = "write"
             t0 = time.perf_counter()

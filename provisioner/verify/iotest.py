@@ -104,7 +104,8 @@ def _stats_delta(before: str | None, after: str | None) -> dict[str, float] | No
 
 def _summary(att: dict[str, Any]) -> dict[str, Any]:
     keep = ("mode", "ok", "stage", "error", "verified", "write_s", "read_s", "bytes",
-            "is_gds_available", "compat_mode_preferred", "handle_compat_preferred",
+            "is_gds_available", "compat_mode_preferred", "compat_mode", "handle_compat_preferred",
+            "handle_direct_io_supported", "cufile_nvfs_version", "cufile_allow_compat_mode",
             "libcufile_version", "kvikio_version", "cupy_version", "gpu_name", "gpu_count",
             "env", "missing")
     return {k: att.get(k) for k in keep if k in att}
@@ -129,6 +130,8 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
         "counter_delta_compat": delta_compat,
         "is_gds_available": first.get("is_gds_available"),
         "compat_mode_preferred": first.get("compat_mode_preferred"),
+        "compat_mode": first.get("compat_mode"),
+        "cufile_nvfs_version": first.get("cufile_nvfs_version"),
         "libcufile_version": first.get("libcufile_version"),
         "kvikio_version": first.get("kvikio_version"),
         "gpu_name": first.get("gpu_name"),

@@ -114,10 +114,12 @@ if [ "$1" = configure ]; then
     dkms add -m "$M" -v "$V" >/dev/null 2>&1 || true
     k=$(uname -r)
     if [ -e "/lib/modules/$k/build" ]; then
-        dkms build -m "$M" -v "$V" -k "$k" || {{ rc=$?; echo "Error! Build of $M failed for: $k ($(uname -m))" >&2; exit $rc; }}
+        dkms build -m "$M" -v "$V" -k "$k" || {{
+            rc=$?; echo "Error! Build of $M failed for: $k ($(uname -m))" >&2; exit $rc; }}
         dkms install -m "$M" -v "$V" -k "$k"
     else
-        echo "Module build for kernel $k was skipped since the kernel headers for this kernel do not seem to be installed."
+        echo "Module build for kernel $k was skipped since the kernel headers for this" \
+             "kernel do not seem to be installed."
     fi
     {after}
 fi
@@ -148,6 +150,7 @@ def cuda_packages(kernel: str, keyring: bytes, repo_url: str) -> list[Pkg]:
         dot = series.replace("-", ".")
         base = f"usr/local/cuda-{dot}"
         prio = str(int(series.replace("-", "")) * 10)
+        major = dot.split(".")[0]
         gds = gds_ver.split("-")[0]
         pkgs.append(Pkg(
             f"cuda-toolkit-{series}", tk_ver, f"CUDA Toolkit {dot} meta-package",
@@ -162,13 +165,13 @@ def cuda_packages(kernel: str, keyring: bytes, repo_url: str) -> list[Pkg]:
             postinst=f"""
 if [ "$1" = configure ]; then
     update-alternatives --install /usr/local/cuda cuda /{base} {prio}
-    update-alternatives --install /usr/local/cuda-{dot.split('.')[0]} cuda-{dot.split('.')[0]} /{base} {prio}
+    update-alternatives --install /usr/local/cuda-{major} cuda-{major} /{base} {prio}
 fi
 """,
             prerm=f"""
 if [ "$1" = remove ]; then
     update-alternatives --remove cuda /{base} || true
-    update-alternatives --remove cuda-{dot.split('.')[0]} /{base} || true
+    update-alternatives --remove cuda-{major} /{base} || true
 fi
 """))
         cufile = payload("cufile.json")
@@ -188,7 +191,8 @@ fi
             symlinks={f"{base}/targets/x86_64-linux/lib/libcufile.so": "libcufile.so.0"}))
         tools = f"{base}/gds/tools"
         pkgs.append(Pkg(
-            f"gds-tools-{series}", gds_ver, f"GPUDirect Storage tools (gdscheck, gdsio), CUDA {dot}",
+            f"gds-tools-{series}", gds_ver,
+            f"GPUDirect Storage tools (gdscheck, gdsio), CUDA {dot}",
             depends=f"libcufile-{series} (>= {gds})",
             files={f"{tools}/gdscheck": (payload("gdscheck", GDS_VERSION=gds, CUDA_VERSION=dot,
                                                  LIBCUFILE_API=api), 0o755),

@@ -234,7 +234,8 @@ def modprobe_options(module: str) -> dict[str, str]:
     """`options <module> k=v ...` lines from /etc/modprobe.d/*.conf (and /lib/modprobe.d)."""
     opts: dict[str, str] = {}
     want = module.replace("-", "_")
-    files = sorted(glob.glob("/lib/modprobe.d/*.conf")) + sorted(glob.glob("/etc/modprobe.d/*.conf"))
+    files = sorted(glob.glob("/lib/modprobe.d/*.conf"))
+    files += sorted(glob.glob("/etc/modprobe.d/*.conf"))
     for path in files:
         for line in read(path).splitlines():
             parts = line.split("#", 1)[0].split()

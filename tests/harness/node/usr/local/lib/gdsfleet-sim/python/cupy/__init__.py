@@ -151,7 +151,7 @@ class _Random:
         if (low, high) == (0, 256):
             a._buf[:] = os.urandom(n)
         else:
-            a._buf[:] = bytes(_random.randrange(low, high) for _ in range(n))
+            a._buf[:] = bytes(_random.randrange(low, high) for _ in range(n))  # noqa: S311
         return a
 
 

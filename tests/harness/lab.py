@@ -1,0 +1,490 @@
+"""The simulated GDS lab: podman containers that stand in for bare-metal GPU nodes.
+
+    python -m tests.harness.lab up [--nodes N] [--profile-map FILE] [--profile NAME]
+    python -m tests.harness.lab down
+    python -m tests.harness.lab status
+
+TEST HARNESS ONLY. Each node is a privileged container of the node image
+(localhost/gdsfleet-node:bookworm, tests/harness/node/) named gdsfleet-lab-NN, with sshd on
+127.0.0.1:(2200+NN), root login with the key .lab/ssh/id_ed25519, its host key collected into
+.lab/ssh/known_hosts, and one 512 MiB loop device as its "NVMe" (/dev/nvme0n1 inside). The
+stand-in package repository (tests/harness/standin_repo/) is built and served on 127.0.0.1:8470.
+
+`up` is idempotent (running nodes with the same profile are kept); `down` always removes the
+lab's containers and detaches the loop devices it attached, and only those: containers carry a
+label naming the lab's state directory and loop devices are recorded with their backing file.
+
+A profile map (YAML or JSON) gives nodes different simulated hardware:
+
+    gdsfleet-lab-01: nvfs
+    gdsfleet-lab-02: {profile: p2pdma, env: {SIM_IOMMU: pt}}
+    "3": proprietary            # by node number
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "tests" / "harness"
+IMAGE = os.environ.get("GDSFLEET_NODE_IMAGE", "localhost/gdsfleet-node:bookworm")
+CONTAINERS_CONF = HARNESS / "containers.conf"
+LAB_PREFIX = "gdsfleet-lab"
+LAB_PORT_BASE = 2200
+LOOP_SIZE = "512M"
+LABEL = "gdsfleet.harness"
+PROFILES = ("nvfs", "p2pdma", "proprietary", "nogpu", "dkmsfail", "iommu")
+
+
+class LabError(RuntimeError):
+    """The lab could not be brought into the requested state."""
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("GDSFLEET_LAB_DIR", str(ROOT / ".lab")))
+
+
+def repo_port() -> int:
+    return int(os.environ.get("GDSFLEET_REPO_PORT", "8470"))
+
+
+def podman_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
+    return env
+
+
+def run(cmd: list[str], *, check: bool = True,
+        timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=podman_env(),
+                          timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(cmd)} failed ({proc.returncode}): "
+                       f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return proc
+
+
+def podman(*args: str, check: bool = True,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return run(["podman", *args], check=check, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------ shared setup
+def ensure_image() -> None:
+    """Build the node image when missing or stale (the script caches on a recipe hash)."""
+    run(["bash", str(HARNESS / "build_node_image.sh")], timeout=900)
+
+
+def ensure_repo() -> bool:
+    """Build (cached) and serve the stand-in repository. True when this call started the server."""
+    run(["bash", str(HARNESS / "standin_repo" / "build.sh")], timeout=600)
+    serve = str(HARNESS / "standin_repo" / "serve.sh")
+    if run(["bash", serve, "status"], check=False).returncode == 0:
+        return False
+    run(["bash", serve, "start"], timeout=60)
+    return True
+
+
+def stop_repo() -> None:
+    run(["bash", str(HARNESS / "standin_repo" / "serve.sh"), "stop"], check=False)
+
+
+def ensure_ssh_key(base: Path | None = None) -> Path:
+    ssh = (base or lab_dir()) / "ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    os.chmod(ssh, 0o700)
+    key = ssh / "id_ed25519"
+    lock = ssh / ".keygen.lock"
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if not key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gdsfleet-lab (TEST ONLY)",
+                 "-f", str(key)])
+    return key
+
+
+# ------------------------------------------------------------------------------ profiles
+@dataclass(frozen=True)
+class NodeSpec:
+    profile: str = "nvfs"
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def digest(self) -> str:
+        blob = json.dumps({"p": self.profile, "e": dict(sorted(self.env.items()))})
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def parse_spec(value: Any) -> NodeSpec:
+    if isinstance(value, NodeSpec):
+        return value
+    if isinstance(value, str):
+        return NodeSpec(value)
+    if isinstance(value, Mapping):
+        env = {str(k): str(v) for k, v in dict(value.get("env") or {}).items()}
+        bad = [k for k in env if not k.startswith("SIM_")]
+        if bad:
+            raise LabError(f"profile overrides must be SIM_* variables, not {bad}")
+        return NodeSpec(str(value.get("profile", "nvfs")), env)
+    raise LabError(f"cannot read a node profile from {value!r}")
+
+
+def load_profile_map(path: str | Path) -> dict[str, Any]:
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        import yaml  # PyYAML is in the project's requirements
+
+        data = yaml.safe_load(text)
+    if not isinstance(data, Mapping):
+        raise LabError(f"profile map {path} must map node names (or numbers) to profiles")
+    return dict(data)
+
+
+# ------------------------------------------------------------------------------ the lab
+@dataclass
+class LabNode:
+    name: str
+    index: int
+    port: int
+    profile: str
+    env: dict[str, str]
+    loop: str | None = None
+    backing: str | None = None
+    nvme: str = "/dev/nvme0n1"
+    host: str = "127.0.0.1"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Lab:
+    """A set of simulated nodes sharing a state directory (lab.json, loop files, known_hosts).
+
+    The operator's lab is Lab() (.lab, gdsfleet-lab-NN, ports 2200+NN); the pytest fixtures use
+    their own state directory, name prefix and ports so they never touch the operator's lab.
+    """
+
+    def __init__(self, state_dir: Path | None = None, *, prefix: str = LAB_PREFIX,
+                 port_base: int = LAB_PORT_BASE, known_hosts: Path | None = None,
+                 key: Path | None = None, loop_size: str = LOOP_SIZE) -> None:
+        self.base = lab_dir()
+        self.state_dir = Path(state_dir) if state_dir else self.base
+        self.prefix = prefix
+        self.port_base = port_base
+        self.key = key or self.base / "ssh" / "id_ed25519"
+        self.known_hosts = known_hosts or (self.state_dir / "ssh" / "known_hosts")
+        self.loop_size = loop_size
+        self.state_file = self.state_dir / (
+            "lab.json" if prefix == LAB_PREFIX else f"lab-{prefix}.json")
+        self.label = f"{LABEL}={self.state_dir.resolve()}#{prefix}"
+
+    # -- state
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / f".{self.prefix}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {"nodes": [], "started_repo": False}
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+
+    def node_name(self, index: int) -> str:
+        return f"{self.prefix}-{index:02d}"
+
+    # -- loop devices
+    def _attach_loop(self, name: str, recorded: Mapping[str, Any] | None) -> tuple[str, str]:
+        loopdir = self.state_dir / "loop"
+        loopdir.mkdir(parents=True, exist_ok=True)
+        backing = loopdir / f"{name}.img"
+        if (recorded and recorded.get("loop") and recorded.get("backing") == str(backing)
+                and self._loop_backs(recorded["loop"], backing)):
+            return str(recorded["loop"]), str(backing)
+        if not backing.exists():
+            run(["truncate", "-s", self.loop_size, str(backing)])
+        dev = run(["losetup", "-f", "--show", str(backing)]).stdout.strip()
+        return dev, str(backing)
+
+    @staticmethod
+    def _loop_backs(dev: str, backing: Path | str) -> bool:
+        out = run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-j", str(backing)], check=False).stdout
+        return any(line.split()[:1] == [dev] for line in out.splitlines() if line.strip())
+
+    def _detach_loop(self, dev: str | None, backing: str | None) -> None:
+        if not dev or not backing:
+            return
+        if self._loop_backs(dev, backing):
+            run(["losetup", "-d", dev], check=False)
+        with contextlib.suppress(OSError):
+            Path(backing).unlink()
+
+    # -- containers
+    def _inspect(self, name: str) -> dict[str, Any] | None:
+        proc = podman("container", "inspect", name, check=False)
+        if proc.returncode != 0:
+            return None
+        data = json.loads(proc.stdout)
+        return data[0] if data else None
+
+    def _owned(self, info: Mapping[str, Any]) -> bool:
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        return labels.get(LABEL) == self.label.split("=", 1)[1]
+
+    def _start_node(self, node: LabNode, spec: NodeSpec, pubkey: str) -> None:
+        cmd = ["run", "-d", "--privileged", "--network", "host", "--restart", "always",
+               "--hostname", node.name, "--name", node.name,
+               "--label", self.label, "--label", f"gdsfleet.spec={spec.digest()}",
+               "-e", f"GDSFLEET_SIM_PROFILE={spec.profile}",
+               "-e", f"GDSFLEET_SSH_PORT={node.port}",
+               "-e", f"GDSFLEET_SSH_AUTHORIZED_KEY={pubkey}",
+               "-e", f"GDSFLEET_SIM_SEED={node.name}"]
+        for k, v in sorted(spec.env.items()):
+            cmd += ["-e", f"{k}={v}"]
+        if node.loop:
+            cmd += ["-v", f"{node.loop}:{node.loop}", "-e", f"GDSFLEET_SIM_NVME={node.loop}"]
+        cmd.append(IMAGE)
+        podman(*cmd)
+
+    def _wait_ready(self, node: LabNode, deadline: float) -> str:
+        """Wait for the hardware layer and sshd; return the node's host key line."""
+        while True:
+            ready = podman("exec", node.name, "gdsfleet-sim-ready", check=False).returncode == 0
+            if ready and ssh_banner(node.host, node.port):
+                pub = podman("exec", node.name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout
+                return " ".join(pub.split()[:2])
+            if time.monotonic() > deadline:
+                logs = podman("logs", "--tail", "20", node.name, check=False)
+                raise LabError(f"{node.name} did not become ready (sshd on 127.0.0.1:"
+                               f"{node.port}): {logs.stdout}{logs.stderr}")
+            time.sleep(0.2)
+
+    def _write_known_hosts(self, keys: Mapping[int, str]) -> None:
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+        prefixes = tuple(f"[127.0.0.1]:{p} " for p in keys)
+        old = self.known_hosts.read_text().splitlines() if self.known_hosts.exists() else []
+        lines = [ln for ln in old if not ln.startswith(prefixes)]
+        lines += [f"[127.0.0.1]:{port} {key}" for port, key in sorted(keys.items())]
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+        os.chmod(self.known_hosts, 0o600)
+
+    # -- public API
+    def up(self, nodes: int = 2, profile_map: Mapping[str, Any] | None = None,
+           default_profile: str = "nvfs", *, build: bool = True,
+           timeout: float = 120) -> list[LabNode]:
+        if not 1 <= nodes <= 99:
+            raise LabError("--nodes must be between 1 and 99")
+        with self._locked():
+            if build:
+                ensure_image()
+            started_repo = ensure_repo() if build else False
+            key = ensure_ssh_key(self.base)
+            pubkey = Path(str(key) + ".pub").read_text().strip()
+            state = self.load_state()
+            if started_repo:
+                state["started_repo"] = True
+            recorded = {n["name"]: n for n in state.get("nodes", [])}
+            pmap = dict(profile_map or {})
+            out: list[LabNode] = []
+            # nodes beyond the requested count (from an earlier, larger `up`) go away
+            for name, rec in list(recorded.items()):
+                if rec.get("index", 0) > nodes:
+                    self._remove_node(rec)
+                    recorded.pop(name)
+            for i in range(1, nodes + 1):
+                name = self.node_name(i)
+                spec = parse_spec(pmap.get(name, pmap.get(str(i), pmap.get(i, default_profile))))
+                if spec.profile not in PROFILES:
+                    raise LabError(f"{name}: unknown profile {spec.profile!r} "
+                                   f"(one of {', '.join(PROFILES)})")
+                rec = recorded.get(name)
+                node = LabNode(name, i, self.port_base + i, spec.profile, dict(spec.env))
+                info = self._inspect(name)
+                if info is not None and not self._owned(info):
+                    raise LabError(f"a container named {name} exists and was not made by this "
+                                   f"lab ({self.state_dir}); remove it or pick another prefix")
+                keep = (info is not None and info.get("State", {}).get("Running")
+                        and ((info.get("Config") or {}).get("Labels") or {}).get(
+                            "gdsfleet.spec") == spec.digest()
+                        and rec is not None and rec.get("loop")
+                        and self._loop_backs(rec["loop"], rec.get("backing", "")))
+                if keep:
+                    assert rec is not None
+                    node.loop, node.backing = rec["loop"], rec["backing"]
+                else:
+                    if info is not None:
+                        podman("rm", "-f", "-t", "0", name, check=False)
+                    node.loop, node.backing = self._attach_loop(name, rec)
+                    recorded[name] = node.as_dict()
+                    state["nodes"] = list(recorded.values())
+                    self.save_state(state)
+                    self._start_node(node, spec, pubkey)
+                recorded[name] = node.as_dict()
+                out.append(node)
+            state["nodes"] = [n.as_dict() for n in out]
+            state["prefix"], state["port_base"] = self.prefix, self.port_base
+            self.save_state(state)
+            deadline = time.monotonic() + timeout
+            keys = {n.port: self._wait_ready(n, deadline) for n in out}
+            self._write_known_hosts(keys)
+            return out
+
+    def _remove_node(self, rec: Mapping[str, Any]) -> None:
+        info = self._inspect(rec["name"])
+        if info is not None and self._owned(info):
+            podman("rm", "-f", "-t", "0", rec["name"], check=False, timeout=60)
+        self._detach_loop(rec.get("loop"), rec.get("backing"))
+
+    def down(self, *, stop_repo_server: bool | None = None) -> list[str]:
+        """Remove this lab's containers and loop devices (all of them, whatever fails)."""
+        removed: list[str] = []
+        with self._locked():
+            state = self.load_state()
+            names = {n["name"]: n for n in state.get("nodes", [])}
+            # containers of this lab that the state file lost track of
+            proc = podman("ps", "-a", "--filter", f"label={self.label}", "--format",
+                          "{{.Names}}", check=False)
+            for name in proc.stdout.split():
+                names.setdefault(name, {"name": name})
+            errors: list[str] = []
+            for rec in names.values():
+                try:
+                    self._remove_node(rec)
+                    removed.append(rec["name"])
+                except Exception as exc:  # keep cleaning the rest
+                    errors.append(f"{rec['name']}: {exc}")
+            started = state.get("started_repo", False)
+            self.save_state({"nodes": [], "started_repo": False})
+            if (stop_repo_server if stop_repo_server is not None else started):
+                stop_repo()
+            if errors:
+                raise LabError("; ".join(errors))
+        return removed
+
+    def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for rec in self.load_state().get("nodes", []):
+            info = self._inspect(rec["name"])
+            running = bool(info and info.get("State", {}).get("Running"))
+            rows.append({**rec, "running": running,
+                         "ssh": running and ssh_banner(rec["host"], rec["port"])})
+        return rows
+
+    def inventory(self, path: Path, nodes: list[LabNode], group_vars: Mapping[str, Any]
+                  | None = None) -> Path:
+        """Write a standalone inventory (absolute connection paths) for these nodes."""
+        import yaml
+
+        common = load_lab_group_vars()
+        common.update(group_vars or {})
+        hosts = {}
+        for n in nodes:
+            hosts[n.name] = {
+                "ansible_host": n.host, "ansible_port": n.port, "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(self.key),
+                "ansible_ssh_common_args": (f"-o UserKnownHostsFile={self.known_hosts} "
+                                            "-o StrictHostKeyChecking=yes"),
+                "nvme_devices": [n.nvme],
+            }
+        data = {"all": {"vars": common, "children": {"gpu_nodes": {"hosts": hosts}}}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# SIMULATED lab inventory written by tests/harness/lab.py "
+                        "(containers, not GPU nodes)\n" + yaml.safe_dump(data, sort_keys=True))
+        return path
+
+
+_CONNECTION_KEYS = {"ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
+                    "ansible_private_key_file", "ansible_ssh_common_args", "ansible_ssh_extra_args"}
+
+
+def load_lab_group_vars() -> dict[str, Any]:
+    """inventories/lab/group_vars/all/*.yml without the connection settings."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for f in sorted((ROOT / "inventories" / "lab" / "group_vars" / "all").glob("*.yml")):
+        data = yaml.safe_load(f.read_text()) or {}
+        out.update({k: v for k, v in data.items() if k not in _CONNECTION_KEYS})
+    return out
+
+
+def ssh_banner(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            return s.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------------------ CLI
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.lab",
+                                     description="The SIMULATED GDS lab (containers on loopback).")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="start (or update) the lab; idempotent")
+    p_up.add_argument("--nodes", type=int, default=int(os.environ.get("GDSFLEET_LAB_NODES", "2")))
+    p_up.add_argument("--profile-map", help="YAML/JSON: node name or number -> profile")
+    p_up.add_argument("--profile", default="nvfs", choices=PROFILES,
+                      help="profile of nodes the map does not name (default nvfs)")
+    p_down = sub.add_parser("down", help="remove the lab's containers and loop devices")
+    p_down.add_argument("--stop-repo", action="store_true",
+                        help="also stop the stand-in repository server")
+    sub.add_parser("status", help="show the lab's nodes")
+    args = parser.parse_args(argv)
+    lab = Lab()
+    try:
+        if args.cmd == "up":
+            pmap = load_profile_map(args.profile_map) if args.profile_map else {}
+            nodes = lab.up(args.nodes, pmap, args.profile)
+            for n in nodes:
+                print(f"{n.name}  ssh root@127.0.0.1 -p {n.port}  profile={n.profile}"
+                      f"{' ' + json.dumps(n.env) if n.env else ''}  nvme={n.nvme} ({n.loop})")
+            print(f"inventory: {ROOT / 'inventories' / 'lab'}  (first {len(nodes)} hosts are up)")
+        elif args.cmd == "down":
+            removed = lab.down(stop_repo_server=True if args.stop_repo else None)
+            print(f"removed {len(removed)} node(s): {' '.join(sorted(removed)) or '-'}")
+        else:
+            rows = lab.status()
+            if not rows:
+                print("lab is down")
+            for r in rows:
+                print(f"{r['name']}  {'running' if r['running'] else 'STOPPED'}  "
+                      f"ssh={'ok' if r['ssh'] else 'no'}  port={r['port']}  "
+                      f"profile={r['profile']}  loop={r['loop']}")
+            repo = run(["bash", str(HARNESS / "standin_repo" / "serve.sh"), "status"], check=False)
+            print(f"stand-in repo on 127.0.0.1:{repo_port()}: "
+                  f"{'up' if repo.returncode == 0 else 'down'}")
+    except LabError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    if shutil.which("podman") is None:
+        print("lab: podman is not installed (scripts/setup.sh installs it)", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(main())

@@ -575,7 +575,8 @@ class _Checks:
                      f"Remove the leftover test file {ev.get('test_file')}.")
         rw = ev.get("rw_stats") or {}
         if rw.get("restore_error"):
-            self.add("io.cleanup", WARN, "rw_stats_enabled restored", str(rw.get("after")),
+            self.add("io.rw_stats_restored", WARN, "rw_stats_enabled restored",
+                     str(rw.get("after")),
                      f"Could not restore rw_stats_enabled to {rw.get('before')}: "
                      f"{rw.get('restore_error')}.")
 

@@ -59,6 +59,9 @@ def _module(doc: dict[str, Any], name: str) -> dict[str, Any]:
         params = json.loads(item.get("out") or "{}")
     except ValueError:
         params = {}
+    if not isinstance(params, dict):
+        params = {}
+    params = {k: v for k, v in params.items() if isinstance(v, dict)}
     return {"loaded": True, "params": params, "version": item.get("version")}
 
 

@@ -325,6 +325,7 @@ class Engine:
         self.run_id = ""
         self._total_failures = 0
         self._changed_since_gate = True
+        self._caught: dict[str, str] = {}  # resume: node -> the step it was caught in
         from provisioner.rollout.state import ResultWriter
 
         self._writer = ResultWriter(ledger, "")
@@ -369,6 +370,7 @@ class Engine:
                 rest = [p for p in planned if p.name not in mid]
                 waves.append(Wave(int(w["index"]), tuple(first + rest)))
             plan = Plan(spec=str(recorded.get("spec", self.opts.waves)), waves=tuple(waves))
+            self._caught = {n: str(steps[n]["step"]) for n in mid}
             self.run_id = run_id
             return plan, True, steps
         plan = plan_waves(
@@ -620,10 +622,13 @@ class Engine:
         for p in batch:
             recorded = p.action
             if recorded is Action.RESUME:
-                # what the node was doing decides what is redone
-                recorded = Action(self.nodes[p.name].action) if self.nodes[p.name].action in (
-                    Action.VERIFY.value, Action.PROVISION.value) else Action.PROVISION
-            if recorded is Action.VERIFY and not self.opts.force:
+                # caught while verifying: its change is done, verify it again (provisioned
+                # only if that fails); caught provisioning or rebooting: redo the change
+                recorded = (
+                    Action.VERIFY if self._caught.get(p.name) == VERIFYING and self.opts.verify
+                    else Action.PROVISION
+                )
+            if recorded is Action.VERIFY and (not self.opts.force or p.action is Action.RESUME):
                 check_first.append(p.name)
             else:
                 to_provision.append(p.name)

@@ -328,9 +328,13 @@ def test_crash_then_resume_redoes_mid_step_first_never_finished(ledger: Ledger) 
     assert st["n5"] == "pending"
     f.crash_in_verify_after = None
     f.provision_calls.clear()
+    f.verify_calls.clear()
     res = engine(ledger, f).run()
     assert res.resumed and res.run_id == run_id
-    assert f.provision_calls == [["n3", "n4"], ["n5", "n6", "n7", "n8"]]
+    # n3/n4 were caught verifying: their change was done, so they are verified again first
+    # (not re-provisioned), before anything else happens
+    assert f.provision_calls == [["n5", "n6", "n7", "n8"]]
+    assert f.verify_calls[:2] == [(["n1", "n2"], True), (["n3", "n4"], False)]  # gate first
     assert res.nodes["n1"].carried_over and res.nodes["n2"].carried_over
     assert res.exit_code is Exit.OK
     assert ledger.last_unfinished_run("rollout", "fleet-x") is None

@@ -9,8 +9,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 IMAGE=${GDSFLEET_NODE_IMAGE:-localhost/gdsfleet-node:bookworm}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/containers.conf}
 
+# One build at a time on this machine (pytest sessions, molecule and setup.sh may race).
+exec 9>/var/tmp/gdsfleet-node-image.lock
+flock 9
+
 # The recipe hash: this script plus everything copied into the image.
-recipe=$( (cat "$0"; find "$here/node" -type f -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
+recipe=$( (cat "$0"; find "$here/node" -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
 if podman image exists "$IMAGE" && [ "$(podman image inspect --format '{{ index .Config.Labels "gdsfleet.recipe" }}' "$IMAGE" 2>/dev/null)" = "$recipe" ]; then
   echo "node image $IMAGE is current (recipe $recipe)"
   exit 0
@@ -33,6 +37,7 @@ debootstrap --variant=minbase \
 
 # Stand-in hardware layer (see tests/harness/node/README.md).
 cp -a "$here/node/." "$rootfs/"
+find "$rootfs/usr/local" -name __pycache__ -prune -exec rm -rf {} +
 chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_*; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /etc/apt/sources.list; rm -f /etc/apt/sources.list.d/*'
 
 tar -C "$rootfs" -c . | podman import \

@@ -1,0 +1,365 @@
+"""Pytest fixtures of the test harness (loaded by tests/conftest.py).
+
+TEST HARNESS ONLY. Simulated GPU nodes are podman containers of the node image; packages come
+from the stand-in repository. Every fixture cleans up what it made, always (finalizers), and
+never touches containers or loop devices it did not make: its containers are named
+``gdsfleet-hx-<session token>-...`` / ``gdsfleet-fx-<session token>-NN`` and carry a label.
+
+* ``node_image`` (session): the node image, built when missing or stale.
+* ``standin_repo`` (session): the stand-in repository, built (cached) and served on
+  127.0.0.1:8470; returns a :class:`StandinRepo` with the URLs and key paths.
+* ``sim_node`` (function) / ``module_sim_node`` (module): factories,
+  ``sim_node(profile="nvfs", env={"SIM_IOMMU": "pt"}, ssh=True, nvme=True)`` -> :class:`SimNode`.
+* ``lab_fleet`` (module): factory, ``lab_fleet(3, {"2": "p2pdma"})`` -> :class:`Fleet` with the
+  inventory path (a standalone inventory of these nodes, the lab's group_vars included) and the
+  node list. The same arguments within a module give back the same running fleet; other
+  arguments replace it.
+
+Tests that use these fixtures are marked ``container`` (``fleet`` for ``lab_fleet``)
+automatically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import lab as labmod
+
+CONTAINER_FIXTURES = {"node_image", "standin_repo", "sim_node", "module_sim_node"}
+FLEET_FIXTURES = {"lab_fleet"}
+TOKEN = secrets.token_hex(3)
+
+
+# ------------------------------------------------------------------------------ markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & FLEET_FIXTURES:
+            item.add_marker(pytest.mark.fleet)
+            item.add_marker(pytest.mark.container)
+        elif names & CONTAINER_FIXTURES:
+            item.add_marker(pytest.mark.container)
+
+
+def _need_podman() -> None:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (scripts/setup.sh installs it)")
+
+
+# ------------------------------------------------------------------------------ session
+@pytest.fixture(scope="session")
+def node_image() -> str:
+    _need_podman()
+    labmod.ensure_image()
+    return labmod.IMAGE
+
+
+@dataclass(frozen=True)
+class StandinRepo:
+    directory: Path
+    base_url: str
+    cuda_url: str
+    cuda_key_url: str
+    doca_url: str
+    doca_key_url: str
+    mlnx_ofed_tarball_url: str
+    cuda_key: Path
+    doca_key: Path
+
+    def group_vars(self) -> dict[str, str]:
+        """The role variables that point the collection at this repository."""
+        return {"cuda_repo_base_url": f"{self.base_url}/cuda/repos",
+                "mofed_doca_repo_base_url": f"{self.base_url}/doca",
+                "mofed_mlnx_ofed_tarball": self.mlnx_ofed_tarball_url}
+
+
+@pytest.fixture(scope="session")
+def standin_repo() -> Iterator[StandinRepo]:
+    started = labmod.ensure_repo()
+    d = labmod.lab_dir() / "standin-repo"
+    base = f"http://127.0.0.1:{labmod.repo_port()}"
+    cuda = "cuda/repos/debian12/x86_64"
+    yield StandinRepo(
+        directory=d, base_url=base, cuda_url=f"{base}/{cuda}/",
+        cuda_key_url=f"{base}/{cuda}/3bf863cc.pub",
+        doca_url=f"{base}/doca/2.9.1/debian12/x86_64/",
+        doca_key_url=f"{base}/doca/GPG-KEY-Mellanox.pub",
+        mlnx_ofed_tarball_url=(f"{base}/mlnx_ofed/"
+                               "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz"),
+        cuda_key=d / cuda / "3bf863cc.pub", doca_key=d / "doca" / "GPG-KEY-Mellanox.pub")
+    if started:
+        labmod.stop_repo()
+
+
+# ------------------------------------------------------------------------------ sim nodes
+def free_port(start: int = 23000, end: int = 29000) -> int:
+    for _ in range(200):
+        port = start + secrets.randbelow(end - start)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port")
+
+
+@dataclass
+class SimNode:
+    """One simulated node container."""
+
+    name: str
+    profile: str
+    env: dict[str, str] = field(default_factory=dict)
+    ssh_port: int | None = None
+    loop: str | None = None
+    backing: str | None = None
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+
+    nvme = "/dev/nvme0n1"
+
+    def exec(self, command: str, *, check: bool = True, env: Mapping[str, str] | None = None,
+             timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run a bash command in the node (as root); raises on failure when check."""
+        cmd = ["podman", "exec"]
+        for k, v in (env or {}).items():
+            cmd += ["-e", f"{k}={v}"]
+        cmd += [self.name, "bash", "-c", command]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=labmod.podman_env(),
+                              timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{self.name}: `{command}` exited {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def read(self, path: str) -> str:
+        return self.exec(f"cat {path}").stdout
+
+    def boot_id(self) -> str:
+        return self.exec("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            ok = self.exec("gdsfleet-sim-ready", check=False).returncode == 0
+            if ok and (self.ssh_port is None or labmod.ssh_banner("127.0.0.1", self.ssh_port)):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} not ready after {timeout}s")
+            time.sleep(0.1)
+
+    def reboot(self, timeout: float = 60) -> None:
+        """Simulated reboot: the stand-in `reboot` stops PID 1, podman restarts the container."""
+        before = self.boot_id()
+        self.exec("reboot")
+        deadline = time.monotonic() + timeout
+        while True:
+            time.sleep(0.3)
+            with contextlib.suppress(AssertionError, subprocess.SubprocessError):
+                if self.exec("gdsfleet-sim-ready", check=False).returncode == 0 \
+                        and self.boot_id() != before:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} did not come back from reboot")
+        self.wait_ready(timeout)
+
+    def install_repo(self, repo: StandinRepo, *, doca: bool = True) -> None:
+        """Point the node's APT at the stand-in repository (signed-by keys), apt-get update."""
+        lines = [f"deb [signed-by=/etc/apt/keyrings/gdsfleet-test-cuda.asc] {repo.cuda_url} /"]
+        if doca:
+            lines.append(
+                f"deb [signed-by=/etc/apt/keyrings/gdsfleet-test-doca.asc] {repo.doca_url} /")
+        script = (
+            "set -e; install -d -m 0755 /etc/apt/keyrings\n"
+            f"python3 -c 'import urllib.request as u,sys; "
+            f"open(sys.argv[2],\"wb\").write(u.urlopen(sys.argv[1]).read())' "
+            f"{repo.cuda_key_url} /etc/apt/keyrings/gdsfleet-test-cuda.asc\n"
+            f"python3 -c 'import urllib.request as u,sys; "
+            f"open(sys.argv[2],\"wb\").write(u.urlopen(sys.argv[1]).read())' "
+            f"{repo.doca_key_url} /etc/apt/keyrings/gdsfleet-test-doca.asc\n"
+            f"printf '%s\\n' {' '.join(repr(x) for x in lines)} "
+            "> /etc/apt/sources.list.d/gdsfleet-test.list\n"
+            "apt-get update -qq")
+        self.exec(script)
+
+    def apt_install(self, *packages: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.exec("DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                         "--no-install-recommends " + " ".join(packages), check=check)
+
+
+class SimNodeFactory:
+    def __init__(self, scope_tag: str) -> None:
+        self.scope_tag = scope_tag
+        self.nodes: list[SimNode] = []
+        self.count = 0
+
+    def __call__(self, profile: str = "nvfs", env: Mapping[str, str] | None = None, *,
+                 ssh: bool | int = False, nvme: bool = False, loop_size: str = "512M",
+                 name: str | None = None) -> SimNode:
+        _need_podman()
+        labmod.ensure_image()
+        self.count += 1
+        node = SimNode(name or f"gdsfleet-hx-{TOKEN}-{self.scope_tag}-{self.count}", profile,
+                       dict(env or {}))
+        self.nodes.append(node)
+        cmd = ["podman", "run", "-d", "--privileged", "--network", "host", "--restart", "always",
+               "--name", node.name, "--hostname", node.name,
+               "--label", f"{labmod.LABEL}=fixtures#{TOKEN}",
+               "-e", f"GDSFLEET_SIM_PROFILE={profile}", "-e", f"GDSFLEET_SIM_SEED={node.name}"]
+        for k, v in sorted(node.env.items()):
+            cmd += ["-e", f"{k}={v}"]
+        if ssh:
+            node.ssh_port = ssh if isinstance(ssh, int) and ssh is not True else free_port()
+            node.key_file = labmod.ensure_ssh_key()
+            pub = Path(str(node.key_file) + ".pub").read_text().strip()
+            cmd += ["-e", f"GDSFLEET_SSH_PORT={node.ssh_port}",
+                    "-e", f"GDSFLEET_SSH_AUTHORIZED_KEY={pub}"]
+        if nvme:
+            d = labmod.lab_dir() / "fixtures-loop"
+            d.mkdir(parents=True, exist_ok=True)
+            node.backing = str(d / f"{node.name}.img")
+            labmod.run(["truncate", "-s", loop_size, node.backing])
+            node.loop = labmod.run(["losetup", "-f", "--show", node.backing]).stdout.strip()
+            cmd += ["-v", f"{node.loop}:{node.loop}", "-e", f"GDSFLEET_SIM_NVME={node.loop}"]
+        cmd.append(labmod.IMAGE)
+        labmod.run(cmd)
+        node.wait_ready()
+        if ssh:
+            pub = node.exec("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2]
+            node.known_hosts = labmod.lab_dir() / "fixtures-ssh" / f"{node.name}.known_hosts"
+            node.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            node.known_hosts.write_text(f"[127.0.0.1]:{node.ssh_port} {' '.join(pub)}\n")
+        return node
+
+    def cleanup(self) -> None:
+        errors = []
+        for node in reversed(self.nodes):
+            proc = subprocess.run(["podman", "rm", "-f", "-t", "0", node.name],
+                                  capture_output=True, text=True, env=labmod.podman_env(),
+                                  check=False)
+            if proc.returncode != 0 and "no such container" not in proc.stderr.lower():
+                errors.append(proc.stderr.strip())
+            if node.loop and node.backing:
+                if labmod.Lab._loop_backs(node.loop, node.backing):
+                    subprocess.run(["losetup", "-d", node.loop], check=False)
+                with contextlib.suppress(OSError):
+                    os.unlink(node.backing)
+            if node.known_hosts:
+                with contextlib.suppress(OSError):
+                    node.known_hosts.unlink()
+        self.nodes.clear()
+        if errors:
+            raise RuntimeError("; ".join(errors))
+
+
+@pytest.fixture
+def sim_node(request: pytest.FixtureRequest) -> Iterator[Callable[..., SimNode]]:
+    factory = SimNodeFactory("f")
+    request.addfinalizer(factory.cleanup)
+    yield factory
+
+
+@pytest.fixture(scope="module")
+def module_sim_node(request: pytest.FixtureRequest) -> Iterator[Callable[..., SimNode]]:
+    factory = SimNodeFactory("m")
+    request.addfinalizer(factory.cleanup)
+    yield factory
+
+
+# ------------------------------------------------------------------------------ lab fleets
+@dataclass
+class Fleet:
+    inventory: Path
+    nodes: list[labmod.LabNode]
+    lab: labmod.Lab
+    key: tuple[Any, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def exec(self, node: str, command: str, *, check: bool = True,
+             timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["podman", "exec", node, "bash", "-c", command],
+                              capture_output=True, text=True, env=labmod.podman_env(),
+                              timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{node}: `{command}` exited {proc.returncode}\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+
+class FleetFactory:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.current: Fleet | None = None
+        self.count = 0
+
+    def __call__(self, nodes: int = 2, profiles: Mapping[Any, Any] | None = None, *,
+                 group_vars: Mapping[str, Any] | None = None, fresh: bool = False) -> Fleet:
+        _need_podman()
+        key = (nodes, repr(sorted((str(k), repr(v)) for k, v in (profiles or {}).items())),
+               repr(sorted((group_vars or {}).items())))
+        if self.current is not None and self.current.key == key and not fresh:
+            return self.current
+        self.teardown()
+        self.count += 1
+        state = self.tmp / f"fleet{self.count}"
+        prefix = f"gdsfleet-fx-{TOKEN}-{self.count}"
+        base = self._port_base(nodes)
+        lab = labmod.Lab(state, prefix=prefix, port_base=base)
+        # record the fleet before starting it, so a failing `up` is still torn down
+        self.current = Fleet(state / "inventory" / "hosts.yml", [], lab, key)
+        # node names in profile maps may use the lab's names (gdsfleet-lab-NN) or numbers
+        pmap: dict[str, Any] = {}
+        for k, v in (profiles or {}).items():
+            k = str(k)
+            if k.startswith(labmod.LAB_PREFIX + "-"):
+                k = str(int(k.rsplit("-", 1)[1]))
+            pmap[k] = v
+        lab_nodes = lab.up(nodes, pmap)
+        self.current.nodes = lab_nodes
+        lab.inventory(self.current.inventory, lab_nodes, group_vars)
+        return self.current
+
+    @staticmethod
+    def _port_base(nodes: int) -> int:
+        for _ in range(100):
+            base = 24000 + 100 * secrets.randbelow(50)
+            ok = True
+            for i in range(1, nodes + 1):
+                with socket.socket() as s:
+                    try:
+                        s.bind(("127.0.0.1", base + i))
+                    except OSError:
+                        ok = False
+                        break
+            if ok:
+                return base
+        raise RuntimeError("no free block of loopback ports for the fleet")
+
+    def teardown(self) -> None:
+        if self.current is not None:
+            fleet, self.current = self.current, None
+            fleet.lab.down(stop_repo_server=False)
+
+
+@pytest.fixture(scope="module")
+def lab_fleet(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Fleet]]:
+    factory = FleetFactory(tmp_path_factory.mktemp("fleet"))
+    request.addfinalizer(factory.teardown)
+    yield factory

@@ -1,0 +1,79 @@
+"""The simulated node's hardware layer presents what each profile promises (test harness).
+
+These tests pin the stand-ins' behaviour that roles, molecule scenarios and the verifier rely on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.container
+
+
+@pytest.fixture(scope="module")
+def nodes(module_sim_node):
+    return {p: module_sim_node(p) for p in ("nvfs", "p2pdma", "proprietary", "nogpu")}
+
+
+def test_open_driver_paths(nodes) -> None:
+    n = nodes["nvfs"]
+    assert "NVIDIA UNIX Open Kernel Module for x86_64  570.133.20" in n.read(
+        "/proc/driver/nvidia/version")
+    assert n.read("/sys/module/nvidia/version").strip() == "570.133.20"
+    gpus = n.exec("ls /proc/driver/nvidia/gpus").stdout.split()
+    assert gpus == ["0000:41:00.0", "0000:61:00.0"]
+    info = n.read("/proc/driver/nvidia/gpus/0000:41:00.0/information")
+    assert "Model: \t\t NVIDIA H100 80GB HBM3" in info
+    assert n.exec("modinfo -F license nvidia").stdout.strip() == "Dual MIT/GPL"
+    csv = n.exec("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader").stdout
+    assert csv.splitlines() == ["NVIDIA H100 80GB HBM3, 570.133.20"] * 2
+    assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "Y"
+    assert n.exec("grep -c p2pdma_pgmap_ops /proc/kallsyms", check=False).stdout.strip() == "0"
+    assert "intel_iommu=off" in n.read("/proc/cmdline")
+    assert n.exec("ls /sys/class/iommu").stdout.strip() == ""
+    assert n.exec("mokutil --sb-state").stdout.strip() == "SecureBoot disabled"
+    # nvidia-fs is not there until the DKMS package is installed
+    assert n.exec("test -e /sys/module/nvidia_fs", check=False).returncode == 1
+    assert n.exec("test -e /proc/driver/nvidia-fs", check=False).returncode == 1
+    r = n.exec("modprobe nvidia_fs", check=False)
+    assert r.returncode == 1
+    assert "Module nvidia_fs not found in directory /lib/modules/" in r.stderr
+    # /proc/modules does not exist here: modules are tested through /sys/module
+    assert n.exec("test -d /sys/module/nvme && test -d /sys/module/nvidia").returncode == 0
+
+
+def test_p2pdma_profile(nodes) -> None:
+    n = nodes["p2pdma"]
+    assert n.exec("grep -w p2pdma_pgmap_ops /proc/kallsyms").stdout.split()[1:] == [
+        "r", "p2pdma_pgmap_ops"]
+    assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "N"
+    assert "575.57.08" in n.read("/proc/driver/nvidia/version")
+
+
+def test_proprietary_profile(nodes) -> None:
+    n = nodes["proprietary"]
+    first = n.read("/proc/driver/nvidia/version").splitlines()[0]
+    assert first.startswith("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20")
+    assert "Open" not in first
+    assert n.exec("modinfo -F license nvidia").stdout.strip() == "NVIDIA"
+
+
+def test_nogpu_profile(nodes) -> None:
+    n = nodes["nogpu"]
+    assert n.exec("test -e /proc/driver/nvidia", check=False).returncode == 1
+    assert n.exec("test -e /sys/module/nvidia", check=False).returncode == 1
+    r = n.exec("nvidia-smi", check=False)
+    assert r.returncode == 9 and "couldn't communicate with the NVIDIA driver" in r.stdout
+    assert n.exec("python3 -c 'import kvikio'", check=False).returncode == 1
+    assert n.exec("modinfo nvidia", check=False).returncode == 1
+
+
+def test_overrides_and_ready(module_sim_node) -> None:
+    n = module_sim_node("nvfs", {"SIM_IOMMU": "pt", "SIM_SECURE_BOOT": "1", "SIM_GPU_COUNT": "4",
+                                 "SIM_KVIKIO": "0"})
+    assert n.exec("gdsfleet-sim-ready").returncode == 0
+    assert "iommu=pt" in n.read("/proc/cmdline")
+    assert n.exec("ls /sys/class/iommu").stdout.split() == ["dmar0"]
+    assert n.exec("mokutil --sb-state").stdout.strip() == "SecureBoot enabled"
+    assert len(n.exec("nvidia-smi -L").stdout.splitlines()) == 4
+    assert n.exec("python3 -c 'import cupy'", check=False).returncode == 1

@@ -339,6 +339,15 @@ def main() -> int:
         during = read_text(RW_STATS)
         rw["during"] = during.strip() if during is not None else None
         out["stats_before"] = read_text(STATS)
+        if rw.get("set_to") == "1":
+            # The real driver renders the n=/MiB counters as soon as rw_stats_enabled is 1; give
+            # a slower renderer a moment so the baseline has them too (bounded, ~3 s).
+            waited = 0.0
+            while waited < 3.0 and "IO stats: Enabled" not in (out["stats_before"] or ""):
+                time.sleep(0.1)
+                waited += 0.1
+                out["stats_before"] = read_text(STATS)
+            rw["baseline_wait_s"] = round(waited, 1)
         direct = run_attempt("OFF", file_path, size, keep, timeout)
         out["attempts"].append(direct)
         out["stats_after_direct"] = read_text(STATS)

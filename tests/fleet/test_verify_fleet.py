@@ -1,0 +1,226 @@
+"""``provisioner verify`` over a simulated fleet of 8 nodes in 8 different states.
+
+SIMULATED: the nodes are podman containers of the harness node image (stand-in GPU/GDS
+"hardware"), with the stand-in NVIDIA/DOCA packages from the harness repository installed
+directly with apt (the roles have their own molecule tests; this test is about classification
+and the ledger), then each node is put into its state:
+
+    01 nvfs profile, full nvfs stack                         -> COMPLIANT, route nvfs, direct
+    02 p2pdma profile, p2pdma stack                          -> COMPLIANT, route p2pdma, direct
+    03 nvfs stack, nvidia_fs unloaded (modprobe -r)          -> nvfs.module.loaded fails
+    04 nvfs stack without the patched NVMe driver            -> nvfs.nvme.patched fails (compat)
+    05 nvfs stack, /etc/cufile.json broken                   -> cufile.json.valid fails
+    06 nvfs stack, ext4 mounted without data=ordered         -> fs.mount.options fails
+    07 sshd stopped (port closed)                            -> UNREACHABLE, connection refused
+    08 host key regenerated                                  -> UNREACHABLE, host key CHANGED
+
+A second run, after node 01 loses nvidia_fs, shows drift for 01 only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.exitcodes import Exit
+from provisioner.store import Ledger
+
+pytestmark = pytest.mark.fleet
+
+PROFILES = {"2": "p2pdma"}
+
+# Installs the stand-in GDS stack (TEST STAND-IN packages from the harness repository) and
+# prepares the node's GDS filesystem. Arguments: ROUTE (nvfs|p2pdma), PATCHED (1|0), FS (xfs|ext4)
+PROVISION = r"""
+set -eu
+ROUTE=$1; PATCHED=$2; FS=$3
+cat > /etc/apt/sources.list.d/gdsfleet-test.list <<LIST
+deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/cuda/repos/debian12/x86_64/ /
+deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/doca/2.9.1/debian12/x86_64/ /
+LIST
+APT="-o Dir::Etc::sourcelist=/etc/apt/sources.list.d/gdsfleet-test.list
+ -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 -o Acquire::Retries=3"
+apt-get $APT update -qq >/dev/null 2>&1
+if [ "$ROUTE" = nvfs ]; then
+  PKGS="dkms linux-headers-$(uname -r) nvidia-gds-12-9"
+  if [ "$PATCHED" = 1 ]; then PKGS="$PKGS doca-ofed mlnx-nvme-dkms"; fi
+else
+  PKGS="libcufile-12-9 gds-tools-12-9"
+fi
+DEBIAN_FRONTEND=noninteractive apt-get $APT install -y -qq --no-install-recommends $PKGS \
+  >/dev/null 2>&1
+if [ "$ROUTE" = nvfs ]; then
+  dkms autoinstall >/dev/null 2>&1 || true
+  modprobe nvidia_fs
+  mkdir -p /etc/modules-load.d
+  echo nvidia_fs > /etc/modules-load.d/nvidia_fs.conf
+fi
+python3 - "$ROUTE" <<'PY'
+import json, re, sys
+route = sys.argv[1]
+text = re.sub(r"(?m)^\s*//.*$", "", open("/etc/cufile.json").read())
+cfg = json.loads(re.sub(r",(\s*[}\]])", r"\1", text))
+props = cfg.setdefault("properties", {})
+props["allow_compat_mode"] = False
+props["use_pci_p2pdma"] = route == "p2pdma"
+cfg.setdefault("block", {}).setdefault("nvme", {})["use_pci_p2pdma"] = route == "p2pdma"
+json.dump(cfg, open("/etc/cufile.json", "w"), indent=2)
+PY
+mkdir -p /mnt/gds
+if [ "$FS" = xfs ]; then
+  mkfs.xfs -q -f /dev/nvme0n1 && mount -o noatime /dev/nvme0n1 /mnt/gds
+else
+  mkfs.ext4 -q -F /dev/nvme0n1 && mount /dev/nvme0n1 /mnt/gds
+fi
+"""
+
+SETUP: dict[int, tuple[str, str, str]] = {  # node -> (route, patched, fs)
+    1: ("nvfs", "1", "xfs"),
+    2: ("p2pdma", "0", "xfs"),
+    3: ("nvfs", "1", "xfs"),
+    4: ("nvfs", "0", "xfs"),
+    5: ("nvfs", "1", "xfs"),
+    6: ("nvfs", "1", "ext4"),
+}
+
+STOP_SSHD = "kill $(cat /run/sshd.pid)"
+NEW_HOST_KEY = (
+    "set -e; rm -f /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key.pub; "
+    "ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key; "
+    "kill $(cat /run/sshd.pid); sleep 0.3; "
+    "/usr/sbin/sshd -p $GDSFLEET_SSH_PORT -o ListenAddress=127.0.0.1 "
+    "-o HostKey=/etc/ssh/ssh_host_ed25519_key -o PermitRootLogin=prohibit-password -o UseDNS=no"
+)
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_fleet: Any) -> Any:
+    f = lab_fleet(8, PROFILES)
+    names = f.names
+    port = os.environ.get("GDSFLEET_REPO_PORT", "8470")
+
+    def provision(i: int) -> None:
+        route, patched, fs = SETUP[i]
+        f.exec(names[i - 1], f"REPO_PORT={port} bash -s {route} {patched} {fs} <<'GDSFLEET'\n"
+               f"{PROVISION}\nGDSFLEET")
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(provision, sorted(SETUP)))
+    # perturb
+    f.exec(names[2], "modprobe -r nvidia_fs")
+    f.exec(names[4], "printf '{\\n  \"properties\": {\\n    \"allow_compat_mode\": false,,\\n'"
+                     " > /etc/cufile.json")
+    f.exec(names[6], STOP_SSHD)
+    f.exec(names[7], NEW_HOST_KEY)
+    return f
+
+
+@pytest.fixture(scope="module")
+def first_run(fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("verify")
+    ledger = out / "ledger.sqlite"
+    rc = main(["verify", "-i", str(fleet.inventory), "--ledger", str(ledger), "--io-size", "4M",
+               "--retries", "1", "--connect-timeout", "5", "--ssh-config", "none",
+               "--json", str(out / "report.json"), "--junit", str(out / "junit.xml")])
+    doc = json.loads((out / "report.json").read_text())
+    return {"rc": rc, "doc": doc, "by": {n["name"]: n for n in doc["nodes"]}, "dir": out,
+            "ledger": ledger, "names": fleet.names, "ports": [n.port for n in fleet.nodes]}
+
+
+def _failing(node: dict[str, Any]) -> set[str]:
+    return {c["id"] for c in node["checks"] if c["status"] == "fail"}
+
+
+def test_exit_code_and_summary(first_run: dict[str, Any]) -> None:
+    assert first_run["rc"] == Exit.UNREACHABLE
+    s = first_run["doc"]["summary"]
+    assert (s["total"], s["compliant"], s["not_compliant"], s["unreachable"]) == (8, 2, 4, 2)
+
+
+def test_compliant_nodes(first_run: dict[str, Any]) -> None:
+    n = first_run["names"]
+    for name, route in ((n[0], "nvfs"), (n[1], "p2pdma")):
+        node = first_run["by"][name]
+        assert node["compliant"], (name, _failing(node))
+        assert node["route"] == route
+        assert node["io_test"]["path_taken"] == "direct"
+        assert node["io_test"]["verified"] is True
+
+
+@pytest.mark.parametrize(
+    ("index", "check"),
+    [(2, "nvfs.module.loaded"), (3, "nvfs.nvme.patched"), (4, "cufile.json.valid"),
+     (5, "fs.mount.options")],
+)
+def test_not_compliant_nodes_name_the_cause(first_run: dict[str, Any], index: int,
+                                            check: str) -> None:
+    node = first_run["by"][first_run["names"][index]]
+    assert node["reachable"] is True
+    assert node["compliant"] is False
+    assert check in _failing(node)
+    if check in ("nvfs.module.loaded", "nvfs.nvme.patched"):
+        # no direct path without the module or the patched driver: the I/O test proves it
+        assert node["io_test"]["path_taken"] != "direct"
+
+
+def test_unpatched_nvme_is_compat(first_run: dict[str, Any]) -> None:
+    node = first_run["by"][first_run["names"][3]]
+    assert node["route"] == "compat"
+
+
+def test_unreachable_nodes(first_run: dict[str, Any]) -> None:
+    names = first_run["names"]
+    closed = first_run["by"][names[6]]
+    assert closed["reachable"] is False
+    assert "connection refused" in closed["error"]
+    changed = first_run["by"][names[7]]
+    assert changed["reachable"] is False
+    assert "CHANGED" in changed["error"]
+    port = first_run["ports"][7]
+    assert f"ssh-keygen -R '[127.0.0.1]:{port}' -f " in changed["error"]
+
+
+def test_junit_and_ledger_agree(first_run: dict[str, Any]) -> None:
+    root = ET.parse(first_run["dir"] / "junit.xml").getroot()  # noqa: S314 - our own output
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert sorted(suites) == sorted(first_run["names"])
+    with Ledger.open(first_run["ledger"]) as led:
+        latest = {x["node"]: x for x in led.latest()}
+        assert sorted(latest) == sorted(first_run["names"])
+        for name, node in first_run["by"].items():
+            assert latest[name]["compliant"] == node["compliant"]
+            assert latest[name]["reachable"] == node["reachable"]
+            assert latest[name]["run_id"] == first_run["doc"]["run_id"]
+            if node["reachable"]:
+                raw = led.raw_for(latest[name]["id"])
+                assert raw, name  # raw outputs kept beside the parsed result
+        assert led.drift() == []  # first run: nothing to drift from
+
+
+def test_second_run_shows_drift(first_run: dict[str, Any], fleet: Any,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    names = first_run["names"]
+    fleet.exec(names[0], "modprobe -r nvidia_fs")
+    ledger = str(first_run["ledger"])
+    rc = main(["verify", "-i", str(fleet.inventory), "--ledger", ledger, "--io-size", "4M",
+               "--limit", ",".join(names[:6]), "-q", "--ssh-config", "none"])
+    assert rc == Exit.NOT_COMPLIANT
+    capsys.readouterr()
+    assert main(["status", "--ledger", ledger, "--json"]) == Exit.OK
+    status = {n["node"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert status[names[0]]["result"] == "NOT COMPLIANT"
+    assert status[names[0]]["drift"][0].startswith("compliance lost")
+    assert any("+nvfs.module.loaded" in d for d in status[names[0]]["drift"])
+    drifted = {n for n, s in status.items() if s["drift"]}
+    assert drifted == {names[0]}
+    assert main(["status", "--ledger", ledger, "--fail-on-drift"]) == Exit.NOT_COMPLIANT
+    capsys.readouterr()
+    assert main(["history", names[0], "--ledger", ledger, "--json"]) == Exit.OK
+    hist = json.loads(capsys.readouterr().out)["history"]
+    assert [h["compliant"] for h in hist] == [False, True]

@@ -1,0 +1,266 @@
+"""Verification benchmark (not a test): ``provisioner verify`` vs an equivalent Ansible ad-hoc run.
+
+For each fleet size N (default 1, 8, 32) on the SIMULATED lab (tests/harness: containers with
+stand-in hardware and packages, sshd on loopback), in the same run:
+
+* ``provisioner verify -i INV --parallel N --io-size SIZE`` (one SSH connection per node: the
+  gather script with gdscheck, then the kvikio I/O test), as a subprocess, wall time;
+* ``ansible all -i INV -f N -m ansible.builtin.shell -a '<the same gather script> ;
+  <the same I/O test>'``: the same remote commands at the same parallelism (forks), wall time.
+
+Printed: wall times, verify(N)/verify(1) (target <= 3.0 at N=32), ansible/verify (target
+>= 5.0). Absolute times say nothing about real nodes (every container shares this machine's
+cores, so node-side work grows with N); the ratios say what the orchestrator adds.
+
+Second part (``--light``, on by default): the same fleets, both tools running the same *light*
+read-only command (a few /proc and /sys reads, ~10 ms of node CPU) - the provisioner through
+its own transport (inventory, bounded parallel pool, one paramiko connection per node: the code
+path of ``verify``), Ansible through ``-m shell``. With node-side work this small, the figures
+show what each orchestrator itself costs as N grows.
+
+    .venv/bin/python bench/bench_verify.py                    # 1, 8, 32 nodes
+    .venv/bin/python bench/bench_verify.py --sizes 1,8 --io-size 1M --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# Installs the stand-in nvfs stack (TEST STAND-IN packages of the harness repository) and mounts
+# the node's GDS filesystem: the same steps as tests/fleet/test_verify_fleet.py for a compliant
+# nvfs node.
+PROVISION = r"""
+set -eu
+cat > /etc/apt/sources.list.d/gdsfleet-test.list <<LIST
+deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/cuda/repos/debian12/x86_64/ /
+deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/doca/2.9.1/debian12/x86_64/ /
+LIST
+APT="-o Dir::Etc::sourcelist=/etc/apt/sources.list.d/gdsfleet-test.list
+ -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 -o Acquire::Retries=3"
+apt-get $APT update -qq >/dev/null 2>&1
+DEBIAN_FRONTEND=noninteractive apt-get $APT install -y -qq --no-install-recommends \
+  dkms "linux-headers-$(uname -r)" nvidia-gds-12-9 doca-ofed mlnx-nvme-dkms >/dev/null 2>&1
+dkms autoinstall >/dev/null 2>&1 || true
+modprobe nvidia_fs
+mkdir -p /etc/modules-load.d && echo nvidia_fs > /etc/modules-load.d/nvidia_fs.conf
+python3 - <<'PY'
+import json, re
+text = re.sub(r"(?m)^\s*//.*$", "", open("/etc/cufile.json").read())
+cfg = json.loads(re.sub(r",(\s*[}\]])", r"\1", text))
+cfg.setdefault("properties", {})["allow_compat_mode"] = False
+json.dump(cfg, open("/etc/cufile.json", "w"), indent=2)
+PY
+mkdir -p /mnt/gds
+mountpoint -q /mnt/gds || { mkfs.xfs -q -f /dev/nvme0n1 && mount -o noatime /dev/nvme0n1 /mnt/gds; }
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "harness" / "containers.conf"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".lab" / "collections"))
+    env["ANSIBLE_DEPRECATION_WARNINGS"] = "False"
+    env.pop("GDSFLEET_LEDGER", None)
+    return env
+
+
+def _free_port_base(n: int) -> int:
+    for _ in range(200):
+        base = 25000 + 100 * secrets.randbelow(40)
+        try:
+            for i in range(1, n + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free block of loopback ports")
+
+
+def ansible_command(io_size: int) -> str:
+    """The same remote work as one ``provisioner verify`` of a node, as one shell command."""
+    from provisioner.remote import load_script
+    from provisioner.verify.iotest import SCRIPT, command
+    from provisioner.verify.model import IoTestOptions
+    from provisioner.verify.node import GATHER_COMMAND, GATHER_SCRIPT
+
+    gather = load_script(GATHER_SCRIPT).decode()
+    iotest = load_script(SCRIPT).decode()
+    io_cmd = command(IoTestOptions(size_bytes=io_size), "/mnt/gds")
+    return (f"{GATHER_COMMAND} <<'GDSFLEET_GATHER' >/dev/null\n{gather}\nGDSFLEET_GATHER\n"
+            f"{io_cmd} <<'GDSFLEET_IOTEST'\n{iotest}\nGDSFLEET_IOTEST\n")
+
+
+LIGHT = ("cat /proc/driver/nvidia/version /sys/module/nvme_core/parameters/multipath "
+         "/proc/driver/nvidia-fs/stats 2>/dev/null; grep -c nvfs /proc/kallsyms; "
+         "findmnt -n -o FSTYPE,OPTIONS /mnt/gds || true")
+
+
+def transport_probe(inventory: str, parallel: int, command: str) -> int:
+    """``provisioner``'s transport alone: what ``verify`` does around the node-side work."""
+    from provisioner.fleet import run_parallel
+    from provisioner.inventory import load_inventory
+    from provisioner.ssh import SSHSettings, runner_factory
+
+    nodes = load_inventory(inventory).nodes
+    make = runner_factory(SSHSettings(ssh_config=None))
+
+    def one(node: Any) -> int:
+        with make(node) as r:
+            return r.run(command, timeout=60).exit_status
+
+    res = run_parallel(nodes, one, parallel=parallel)
+    bad = {h.name: h.error or h.value for h in res if h.error or h.value}
+    if bad:
+        print(bad, file=sys.stderr)
+    return 1 if bad else 0
+
+
+def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
+                          check=False, timeout=1800)
+    return time.perf_counter() - t0, proc
+
+
+def run_verify(inv: Path, n: int, io: str, out: Path) -> tuple[float, dict[str, Any]]:
+    dt, proc = timed([sys.executable, "-m", "provisioner.cli", "verify", "-i", str(inv),
+                      "--parallel", str(n), "--io-size", io, "--no-ledger", "-q",
+                      "--ssh-config", "none", "--json", str(out)])
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"provisioner verify exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return dt, json.loads(out.read_text())
+
+
+def run_ansible(inv: Path, n: int, cmd: str) -> float:
+    dt, proc = timed([str(REPO / ".venv" / "bin" / "ansible"), "all", "-i", str(inv), "-f",
+                      str(n), "-m", "ansible.builtin.shell", "-a", cmd, "-o"])
+    if proc.returncode != 0:
+        raise SystemExit(f"ansible exited {proc.returncode}: {proc.stdout[-1500:]}"
+                         f"{proc.stderr[-1500:]}")
+    return dt
+
+
+def main(argv: list[str] | None = None) -> int:
+    from provisioner.verify.policy import parse_size
+    from tests.harness import lab as labmod
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1,8,32", help="fleet sizes (default 1,8,32)")
+    ap.add_argument("--io-size", default="4M", help="I/O test size per node (default 4M)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per size; the median is kept")
+    ap.add_argument("--no-provision", action="store_true",
+                    help="verify bare nodes (no stand-in GDS stack; the I/O test is skipped)")
+    ap.add_argument("--keep", action="store_true", help="leave the fleet running")
+    ap.add_argument("--no-light", dest="light", action="store_false",
+                    help="skip the light-command comparison")
+    ap.add_argument("--transport-probe", nargs=2, metavar=("INVENTORY", "N"),
+                    help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.transport_probe:
+        return transport_probe(args.transport_probe[0], int(args.transport_probe[1]), LIGHT)
+    sizes = sorted({int(s) for s in args.sizes.split(",")})
+    io_bytes = parse_size(args.io_size)
+    biggest = sizes[-1]
+
+    work = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-verify-"))
+    lab = labmod.Lab(work / "lab", prefix=f"gdsfleet-bv-{secrets.token_hex(2)}",
+                     port_base=_free_port_base(biggest))
+    print(f"SIMULATED lab: bringing up {biggest} node(s) (containers on this machine, "
+          f"{os.cpu_count()} cores) ...", flush=True)
+    t0 = time.perf_counter()
+    try:
+        nodes = lab.up(biggest)
+        print(f"  up in {time.perf_counter() - t0:.0f} s", flush=True)
+        if not args.no_provision:
+            t1 = time.perf_counter()
+            port = os.environ.get("GDSFLEET_REPO_PORT", "8470")
+
+            def provision(node: Any) -> None:
+                p = subprocess.run(["podman", "exec", "-i", node.name, "bash", "-c",
+                                    f"REPO_PORT={port} bash -s"], input=PROVISION, text=True,
+                                   capture_output=True, env=_env(), check=False, timeout=900)
+                if p.returncode != 0:
+                    raise SystemExit(f"{node.name}: provisioning failed: {p.stderr[-1500:]}")
+
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                list(pool.map(provision, nodes))
+            print(f"  stand-in GDS stack installed in {time.perf_counter() - t1:.0f} s",
+                  flush=True)
+        cmd = ansible_command(io_bytes)
+        rows = []
+        light: list[tuple[int, float, float]] = []
+        for n in sizes:
+            inv = lab.inventory(work / f"inv-{n}" / "hosts.yml", nodes[:n])
+            v_times, a_times = [], []
+            doc: dict[str, Any] = {}
+            for _ in range(max(1, args.repeat)):
+                dt, doc = run_verify(inv, n, args.io_size, work / f"verify-{n}.json")
+                v_times.append(dt)
+                a_times.append(run_ansible(inv, n, cmd))
+            s = doc["summary"]
+            v, a = statistics.median(v_times), statistics.median(a_times)
+            rows.append((n, v, a, s))
+            print(f"  N={n:<3} verify {v:6.2f} s   ansible ad-hoc {a:6.2f} s   "
+                  f"({s['compliant']}/{s['total']} compliant, {s['unreachable']} unreachable; "
+                  f"runs: verify {', '.join(f'{x:.2f}' for x in v_times)}; ansible "
+                  f"{', '.join(f'{x:.2f}' for x in a_times)})", flush=True)
+            if args.light:
+                lt_p, lt_a = [], []
+                for _ in range(max(1, args.repeat)):
+                    dt, proc = timed([sys.executable, str(Path(__file__).resolve()),
+                                      "--transport-probe", str(inv), str(n)])
+                    if proc.returncode != 0:
+                        raise SystemExit(f"transport probe failed: {proc.stderr[-1500:]}")
+                    lt_p.append(dt)
+                    lt_a.append(run_ansible(inv, n, LIGHT))
+                light.append((n, statistics.median(lt_p), statistics.median(lt_a)))
+                print(f"        light command: provisioner transport {light[-1][1]:6.2f} s   "
+                      f"ansible ad-hoc {light[-1][2]:6.2f} s", flush=True)
+    finally:
+        if not args.keep:
+            lab.down()
+    base = rows[0][1]
+    print()
+    print(f"{'nodes':>5}  {'verify s':>9}  {'ansible s':>9}  {'verify(N)/verify(1)':>19}  "
+          f"{'ansible/verify':>14}")
+    for n, v, a, _ in rows:
+        print(f"{n:>5}  {v:9.2f}  {a:9.2f}  {v / base:19.2f}  {a / v:14.2f}")
+    n, v, a, _ = rows[-1]
+    print()
+    print(f"target: verify of {n} nodes within 3x of 1 node: {v / base:.2f}x "
+          f"-> {'MET' if v / base <= 3.0 else 'MISSED'}")
+    print(f"target: >= 5x faster than ansible ad-hoc at {n} nodes: {a / v:.2f}x "
+          f"-> {'MET' if a / v >= 5.0 else 'MISSED'}")
+    if light:
+        lb = light[0][1]
+        print()
+        print("light command (same few reads on every node; orchestrator cost):")
+        print(f"{'nodes':>5}  {'provisioner s':>13}  {'ansible s':>9}  {'prov(N)/prov(1)':>15}  "
+              f"{'ansible/prov':>12}")
+        for n, p_, a_ in light:
+            print(f"{n:>5}  {p_:13.2f}  {a_:9.2f}  {p_ / lb:15.2f}  {a_ / p_:12.2f}")
+    print(f"(io-size {args.io_size}, median of {args.repeat}, parallel = forks = N; "
+          f"ansible command: {shlex.quote(cmd[:60])}...)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

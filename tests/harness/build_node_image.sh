@@ -35,10 +35,10 @@ debootstrap --variant=minbase \
   --include=python3,python3-apt,openssh-server,kmod,xfsprogs,e2fsprogs,util-linux,gnupg,ca-certificates,mdadm,procps,iproute2,sudo,udev,pciutils,less \
   bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
 
-# Stand-in hardware layer (see tests/harness/node/README.md).
+# Stand-in hardware layer (see docs/testing.md).
 cp -a "$here/node/." "$rootfs/"
 find "$rootfs/usr/local" -name __pycache__ -prune -exec rm -rf {} +
-chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_*; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /etc/apt/sources.list; rm -f /etc/apt/sources.list.d/*'
+chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_*; mkdir -p /run/sshd /root/.ssh /etc/modules-load.d; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /etc/apt/sources.list; rm -f /etc/apt/sources.list.d/*'
 
 tar -C "$rootfs" -c . | podman import \
   --change "LABEL gdsfleet.recipe=$recipe" \

@@ -85,9 +85,39 @@ class StandinRepo:
                 "mofed_mlnx_ofed_tarball": self.mlnx_ofed_tarball_url}
 
 
+def _repo_users() -> Path:
+    d = labmod.lab_dir() / "standin-repo-users"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _live_repo_users() -> list[int]:
+    live = []
+    for f in _repo_users().iterdir():
+        if not f.name.isdigit():  # e.g. "lab": the operator's lab is up
+            live.append(-1)
+            continue
+        try:
+            pid = int(f.name)
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                f.unlink()
+            continue
+        except PermissionError:
+            pid = int(f.name)
+        live.append(pid)
+    return live
+
+
 @pytest.fixture(scope="session")
 def standin_repo() -> Iterator[StandinRepo]:
-    started = labmod.ensure_repo()
+    """Build and serve the repository. Several pytest sessions may share the server: each
+    registers its pid under .lab/standin-repo-users/; the last one out stops the server (when a
+    fixture started it)."""
+    me = _repo_users() / str(os.getpid())
+    me.touch()
+    labmod.ensure_repo()
     d = labmod.lab_dir() / "standin-repo"
     base = f"http://127.0.0.1:{labmod.repo_port()}"
     cuda = "cuda/repos/debian12/x86_64"
@@ -99,7 +129,9 @@ def standin_repo() -> Iterator[StandinRepo]:
         mlnx_ofed_tarball_url=(f"{base}/mlnx_ofed/"
                                "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz"),
         cuda_key=d / cuda / "3bf863cc.pub", doca_key=d / "doca" / "GPG-KEY-Mellanox.pub")
-    if started:
+    with contextlib.suppress(OSError):
+        me.unlink()
+    if not _live_repo_users():
         labmod.stop_repo()
 
 

@@ -152,7 +152,7 @@ def test_gdscheck_follows_state(node) -> None:
     try:
         r = node.exec(gdscheck, check=False)
         assert r.returncode != 0 and "Platform verification error" in r.stdout
-        assert " properties.allow_compat_mode" not in r.stdout
+        assert "CUFILE CONFIGURATION" not in r.stdout
     finally:
         set_allow_compat(node, True)
         node.exec("modprobe nvidia_fs")
@@ -163,9 +163,9 @@ def test_gdscheck_follows_state(node) -> None:
 
 
 def test_reboot_applies_boot_config(node) -> None:
-    node.exec("echo nvidia_fs > /etc/modules-load.d/nvidia_fs.conf; "
-              "echo 'options nvme_core multipath=N' > /etc/modprobe.d/nvme.conf; "
-              "echo 'options nvidia_fs rw_stats_enabled=1' > /etc/modprobe.d/nvidia-fs.conf; "
+    node.exec("echo nvidia_fs > /etc/modules-load.d/nvidia_fs.conf && "
+              "echo 'options nvme_core multipath=N' > /etc/modprobe.d/nvme.conf && "
+              "echo 'options nvidia_fs rw_stats_enabled=1' > /etc/modprobe.d/nvidia-fs.conf && "
               "modprobe -r nvidia_fs")
     node.reboot()
     assert node.read("/sys/module/nvme_core/parameters/multipath").strip() == "N"

@@ -179,10 +179,16 @@ fi
             f"libcufile-{series}", gds_ver, f"cuFile (GPUDirect Storage) library, CUDA {dot}",
             files={f"{base}/targets/x86_64-linux/lib/libcufile.so.{soname}": (
                        f"{STANDIN}: libcufile {gds}\n", 0o644),
-                   f"{base}/gds/cufile.json": (cufile, 0o644),
-                   "etc/cufile.json": (cufile, 0o644)},
+                   f"{base}/gds/cufile.json": (cufile, 0o644)},
             symlinks={f"{base}/targets/x86_64-linux/lib/libcufile.so.0": f"libcufile.so.{soname}"},
-            conffiles=["etc/cufile.json"]))
+            # several libcufile-X-Y may be installed together: /etc/cufile.json is seeded from
+            # the first one and then belongs to the administrator (never overwritten)
+            postinst=f"""
+if [ "$1" = configure ] && [ ! -e /etc/cufile.json ]; then
+    cp /{base}/gds/cufile.json /etc/cufile.json
+    chmod 0644 /etc/cufile.json
+fi
+"""))
         pkgs.append(Pkg(
             f"libcufile-dev-{series}", gds_ver, f"cuFile development files, CUDA {dot}",
             depends=f"libcufile-{series} (>= {gds})",

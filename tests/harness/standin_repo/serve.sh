@@ -20,6 +20,9 @@ case "${1:-foreground}" in
   foreground)
     exec python3 -m http.server --bind 127.0.0.1 --directory "$lab/standin-repo" "$port" ;;
   start)
+    mkdir -p "$lab"
+    exec 9>"$lab/standin-repo-server.lock"
+    flock 9
     if answers; then echo "stand-in repo already served on 127.0.0.1:$port"; exit 0; fi
     [ -d "$lab/standin-repo" ] || { echo "no $lab/standin-repo: run build.sh first" >&2; exit 1; }
     nohup python3 -m http.server --bind 127.0.0.1 --directory "$lab/standin-repo" "$port" \

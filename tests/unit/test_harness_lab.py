@@ -1,0 +1,63 @@
+"""The lab fleet: containers reachable over SSH on loopback, per-node profiles, clean teardown."""
+
+from __future__ import annotations
+
+import subprocess
+
+import paramiko
+import pytest
+import yaml
+
+from tests.harness import lab as labmod
+
+pytestmark = [pytest.mark.container, pytest.mark.fleet]
+
+
+def ssh(node: labmod.LabNode, fleet, command: str) -> str:  # noqa: ANN001
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(fleet.lab.known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(node.host, port=node.port, username="root", key_filename=str(fleet.lab.key),
+                   timeout=10, allow_agent=False, look_for_keys=False)
+    try:
+        _, out, _ = client.exec_command(command, timeout=30)
+        return out.read().decode()
+    finally:
+        client.close()
+
+
+def test_fleet_ssh_profiles_and_inventory(lab_fleet) -> None:  # noqa: ANN001
+    fleet = lab_fleet(2, {"2": {"profile": "p2pdma", "env": {"SIM_IOMMU": "pt"}}})
+    one, two = fleet.nodes
+    assert (one.profile, two.profile) == ("nvfs", "p2pdma")
+    assert ssh(one, fleet, "hostname").strip() == one.name
+    assert "p2pdma_pgmap_ops" not in ssh(one, fleet, "cat /proc/kallsyms")
+    assert "p2pdma_pgmap_ops" in ssh(two, fleet, "cat /proc/kallsyms")
+    assert "iommu=pt" in ssh(two, fleet, "cat /proc/cmdline")
+    # the "NVMe" is a block device with the loop device's numbers
+    major_minor = ssh(one, fleet, "stat -c '%t:%T' /dev/nvme0n1").strip()
+    assert major_minor.startswith("7:")
+    inv = yaml.safe_load(fleet.inventory.read_text())
+    hosts = inv["all"]["children"]["gpu_nodes"]["hosts"]
+    assert sorted(hosts) == fleet.names
+    assert hosts[one.name]["ansible_port"] == one.port
+    assert inv["all"]["vars"]["cuda_repo_base_url"] == "http://127.0.0.1:8470/cuda/repos"
+    # the same arguments give back the same fleet (reuse within a module)
+    assert lab_fleet(2, {"2": {"profile": "p2pdma", "env": {"SIM_IOMMU": "pt"}}}) is fleet
+
+
+def test_lab_down_removes_containers_and_loops(tmp_path, node_image, standin_repo) -> None:  # noqa: ANN001
+    lab = labmod.Lab(tmp_path, prefix="gdsfleet-hx-labtest", port_base=25800)
+    try:
+        nodes = lab.up(1)
+        again = lab.up(1)  # idempotent: same container, same loop
+        assert [n.loop for n in again] == [n.loop for n in nodes]
+        loop, backing = nodes[0].loop, nodes[0].backing
+        assert labmod.Lab._loop_backs(loop, backing)
+    finally:
+        removed = lab.down()
+    assert removed == ["gdsfleet-hx-labtest-01"]
+    ps = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
+                        text=True, env=labmod.podman_env(), check=True).stdout.split()
+    assert "gdsfleet-hx-labtest-01" not in ps
+    assert not labmod.Lab._loop_backs(loop, backing)

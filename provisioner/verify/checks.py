@@ -427,7 +427,12 @@ class _Checks:
             self.add("gdscheck.present", PASS, "gdscheck -p output",
                      f"GDS {parsed.get('gds_version')}", "gdscheck -p ran.")
         nvme = _gc_nvme(self.f)
-        if nvme is None:
+        gc_errors = (parsed or {}).get("errors") or []
+        if nvme is None and gc_errors:
+            self.add("gdscheck.nvme", FAIL, "NVMe direct route", "; ".join(gc_errors)[:300],
+                     "gdscheck could not initialise cuFile, so no direct route is usable: "
+                     + gc_errors[0] + " (see the failing nvfs.* / p2pdma.* checks).")
+        elif nvme is None:
             self.add("gdscheck.nvme", SKIP, "NVMe direct route", "no NVMe line",
                      "Skipped: no gdscheck DRIVER CONFIGURATION to read.")
         elif nvme.get("direct"):

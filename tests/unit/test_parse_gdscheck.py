@@ -110,3 +110,20 @@ def test_empty_or_garbage_output_parses_to_nothing() -> None:
     assert parsed.nvme is None
     assert parsed.gds_version is None
     assert parsed.verification_succeeded is False
+
+
+def test_cufile_initialisation_failure_is_an_error_not_a_route() -> None:
+    # SYNTHETIC: the harness stand-in's imitation of gdscheck when allow_compat_mode is false
+    # and nvidia-fs has no registered NVMe driver (cuFileDriverOpen fails before any section).
+    text = (
+        " GDS release version: 1.14.1.1\n nvidia_fs version:  2.26 libcufile version: 2.12\n"
+        " Platform: x86_64\n ============\n ENVIRONMENT:\n ============\n"
+        " ERR: cuFileDriverOpen failed: NVMe Driver not registered with nvidia-fs and "
+        "properties.allow_compat_mode is false\n cuFile initialization failed\n"
+        " Platform verification error :\nGDS driver is not loaded and compatible mode is disabled\n"
+    )
+    parsed = gdscheck.parse(text)
+    assert parsed.nvme is None
+    assert parsed.verification_succeeded is False
+    assert parsed.errors[0].startswith("ERR: cuFileDriverOpen failed")
+    assert len(parsed.errors) == 3

@@ -210,7 +210,13 @@ def parse(text: str) -> GdsCheck:
             acs.append(s)
         if "warn" in low:
             warnings.append(s)
-        if low.startswith("error") or " error:" in low:
+        if (
+            low.startswith(("err:", "error"))
+            or " error:" in low
+            or "initialization failed" in low
+            or "verification error" in low
+            or ("driveropen failed" in low)
+        ):
             errors.append(s)
         if "platform verification succeeded" in low:
             succeeded = True

@@ -84,9 +84,15 @@ def podman(*args: str, check: bool = True,
 
 
 # ------------------------------------------------------------------------------ shared setup
+_IMAGE_CHECKED: list[bool] = []
+
+
 def ensure_image() -> None:
-    """Build the node image when missing or stale (the script caches on a recipe hash)."""
-    run(["bash", str(HARNESS / "build_node_image.sh")], timeout=900)
+    """Build the node image when missing or stale (the script caches on a recipe hash);
+    checked once per process."""
+    if not _IMAGE_CHECKED:
+        run(["bash", str(HARNESS / "build_node_image.sh")], timeout=1200)
+        _IMAGE_CHECKED.append(True)
 
 
 def ensure_repo() -> bool:

@@ -177,6 +177,25 @@ class SimNode:
                                  f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
         return proc
 
+    def probe(self, commands: Mapping[str, str]) -> dict[str, tuple[int, str]]:
+        """Run several commands in ONE podman exec: {key: (exit status, stdout+stderr)}."""
+        marker = f"@@gdsfleet-probe-{secrets.token_hex(4)}@@"
+        script = "\n".join(
+            f"echo '{marker}BEGIN {key}'; ( {cmd} ) 2>&1; rc=$?; echo; echo \"{marker}RC $rc\""
+            for key, cmd in commands.items())
+        result: dict[str, tuple[int, str]] = {}
+        key: str | None = None
+        buf: list[str] = []
+        for line in self.exec(script, check=False).stdout.splitlines():
+            if line.startswith(marker + "BEGIN "):
+                key, buf = line[len(marker) + 6:], []
+            elif line.startswith(marker + "RC ") and key is not None:
+                result[key] = (int(line.split()[-1]), "\n".join(buf))
+                key = None
+            elif key is not None:
+                buf.append(line)
+        return result
+
     def read(self, path: str) -> str:
         return self.exec(f"cat {path}").stdout
 

@@ -16,30 +16,41 @@ def nodes(module_sim_node):
 
 
 def test_open_driver_paths(nodes) -> None:
-    n = nodes["nvfs"]
-    assert "NVIDIA UNIX Open Kernel Module for x86_64  570.133.20" in n.read(
-        "/proc/driver/nvidia/version")
-    assert n.read("/sys/module/nvidia/version").strip() == "570.133.20"
-    gpus = n.exec("ls /proc/driver/nvidia/gpus").stdout.split()
-    assert gpus == ["0000:41:00.0", "0000:61:00.0"]
-    info = n.read("/proc/driver/nvidia/gpus/0000:41:00.0/information")
-    assert "Model: \t\t NVIDIA H100 80GB HBM3" in info
-    assert n.exec("modinfo -F license nvidia").stdout.strip() == "Dual MIT/GPL"
-    csv = n.exec("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader").stdout
-    assert csv.splitlines() == ["NVIDIA H100 80GB HBM3, 570.133.20"] * 2
-    assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "Y"
-    assert n.exec("grep -c p2pdma_pgmap_ops /proc/kallsyms", check=False).stdout.strip() == "0"
-    assert "intel_iommu=off" in n.read("/proc/cmdline")
-    assert n.exec("ls /sys/class/iommu").stdout.strip() == ""
-    assert n.exec("mokutil --sb-state").stdout.strip() == "SecureBoot disabled"
+    p = nodes["nvfs"].probe({
+        "version": "cat /proc/driver/nvidia/version",
+        "sysver": "cat /sys/module/nvidia/version",
+        "gpus": "ls /proc/driver/nvidia/gpus",
+        "info": "cat /proc/driver/nvidia/gpus/0000:41:00.0/information",
+        "license": "modinfo -F license nvidia",
+        "csv": "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader",
+        "multipath": "cat /sys/module/nvme_core/parameters/multipath",
+        "p2pdma": "grep -c p2pdma_pgmap_ops /proc/kallsyms",
+        "cmdline": "cat /proc/cmdline",
+        "iommu": "ls /sys/class/iommu",
+        "sb": "mokutil --sb-state",
+        "nvfs_sys": "test -e /sys/module/nvidia_fs",
+        "nvfs_proc": "test -e /proc/driver/nvidia-fs",
+        "modprobe": "modprobe nvidia_fs",
+        "loaded": "test -d /sys/module/nvme && test -d /sys/module/nvidia",
+        "proc_modules": "test -e /proc/modules",
+    })
+    assert "NVIDIA UNIX Open Kernel Module for x86_64  570.133.20" in p["version"][1]
+    assert p["sysver"] == (0, "570.133.20\n")
+    assert p["gpus"][1].split() == ["0000:41:00.0", "0000:61:00.0"]
+    assert "Model: \t\t NVIDIA H100 80GB HBM3" in p["info"][1]
+    assert p["license"] == (0, "Dual MIT/GPL\n")
+    assert p["csv"][1].splitlines() == ["NVIDIA H100 80GB HBM3, 570.133.20"] * 2
+    assert p["multipath"] == (0, "Y\n")
+    assert p["p2pdma"][1].strip() == "0"
+    assert "intel_iommu=off" in p["cmdline"][1]
+    assert p["iommu"] == (0, "")
+    assert p["sb"] == (0, "SecureBoot disabled\n")
     # nvidia-fs is not there until the DKMS package is installed
-    assert n.exec("test -e /sys/module/nvidia_fs", check=False).returncode == 1
-    assert n.exec("test -e /proc/driver/nvidia-fs", check=False).returncode == 1
-    r = n.exec("modprobe nvidia_fs", check=False)
-    assert r.returncode == 1
-    assert "Module nvidia_fs not found in directory /lib/modules/" in r.stderr
+    assert p["nvfs_sys"][0] == 1 and p["nvfs_proc"][0] == 1
+    assert p["modprobe"][0] == 1
+    assert "Module nvidia_fs not found in directory /lib/modules/" in p["modprobe"][1]
     # /proc/modules does not exist here: modules are tested through /sys/module
-    assert n.exec("test -d /sys/module/nvme && test -d /sys/module/nvidia").returncode == 0
+    assert p["loaded"][0] == 0 and p["proc_modules"][0] == 1
 
 
 def test_p2pdma_profile(nodes) -> None:

@@ -225,6 +225,7 @@ fi
                         depends=f"nvidia-fs-dkms (= {v}-1)"))
     pkgs.append(Pkg(
         "dkms", "3.0.10-8+deb12u1", "Dynamic Kernel Module System (stand-in)", arch="all",
+        extra={"Recommends": "linux-headers-amd64 | linux-headers-generic | linux-headers"},
         files={"usr/sbin/dkms": (payload("dkms"), 0o755)}, dirs=["var/lib/dkms"]))
     kver = kernel.split("-")[0]
     if not kver[:1].isdigit():
@@ -233,6 +234,10 @@ fi
         f"linux-headers-{kernel}", f"{kver}-1", f"Header files for Linux {kernel} (stand-in)",
         files={f"usr/src/linux-headers-{kernel}/Makefile": (f"# {STANDIN}\n", 0o644)},
         symlinks={f"lib/modules/{kernel}/build": f"/usr/src/linux-headers-{kernel}"}))
+    pkgs.append(Pkg(
+        "linux-headers-amd64", f"{kver}-1",
+        "Header files for Linux amd64 configuration (meta-package; stand-in: the running kernel)",
+        depends=f"linux-headers-{kernel} (= {kver}-1)"))
     keyring_pkg = Pkg(
         "cuda-keyring", "1.1-1", "GPG keyring for the CUDA repository", arch="all",
         files={"etc/apt/sources.list.d/cuda-debian12-x86_64.list": (

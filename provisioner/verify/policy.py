@@ -99,8 +99,13 @@ class Policy:
                 elif key in ("require_allow_compat_false", "require_io_test"):
                     if not isinstance(value, bool):
                         raise ValueError(f"{value!r} is not true/false")
-                elif key in ("min_nvfs_version", "min_p2pdma_driver", "expected_route", "iommu",
-                             "gds_mount", "reboot_pending"):
+                elif key in ("min_nvfs_version", "min_p2pdma_driver"):
+                    if isinstance(value, float):
+                        raise ValueError(
+                            f"write the version as a string, e.g. \"{value}\" quoted (YAML reads "
+                            "2.20 as the number 2.2)")
+                    value = str(value)
+                elif key in ("expected_route", "iommu", "gds_mount", "reboot_pending"):
                     value = str(value)
             except (TypeError, ValueError) as exc:
                 raise UsageError(f"policy {source}: {key}: {exc}") from exc

@@ -23,14 +23,14 @@ def test_defaults() -> None:
 def test_from_file(tmp_path: Path) -> None:
     f = tmp_path / "policy.yml"
     f.write_text("expected_route: p2pdma\nio_test_size: 256MiB\nallowed_filesystems: xfs\n"
-                 "iommu: fail\nmin_write_gbps: 5\nmin_nvfs_version: 2.26\n")
+                 "iommu: fail\nmin_write_gbps: 5\nmin_nvfs_version: '2.20'\n")
     p = Policy.from_file(f)
     assert p.expected_route == "p2pdma"
     assert p.io_test_size == 256 << 20
     assert p.allowed_filesystems == ("xfs",)
     assert p.iommu == "fail"
     assert p.min_write_gbps == 5.0
-    assert p.min_nvfs_version == "2.26"
+    assert p.min_nvfs_version == "2.20"
     assert p.source == str(f)
     assert p.to_dict()["allowed_filesystems"] == ["xfs"]
 
@@ -44,6 +44,7 @@ def test_from_file(tmp_path: Path) -> None:
         ("io_test_size: lots\n", "not a size"),
         ("io_test_size: 1KiB\n", "at least 4KiB"),
         ("require_io_test: 'yes'\n", "true/false"),
+        ("min_nvfs_version: 2.20\n", "as a string"),
         ("- a\n- b\n", "mapping"),
         ("a: [\n", "not valid YAML"),
     ],

@@ -25,7 +25,6 @@ from provisioner.verify.model import (
     IoTestResult,
     NodeReport,
 )
-from provisioner.verify.parsers import storage
 from provisioner.verify.policy import Policy
 
 GATHER_SCRIPT = "gather.py"
@@ -79,7 +78,6 @@ def choose_io_path(facts: dict[str, Any], io: IoTestOptions, policy: Policy) -> 
     for target in st.get("nvme_mounts") or []:
         if target not in ("/", "/boot", "/boot/efi", "/home", "/var"):
             return str(target)
-    _ = storage  # the parsers decided nvme_mounts
     return default
 
 

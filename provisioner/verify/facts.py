@@ -215,12 +215,3 @@ _PSEUDO_FS = frozenset({
     "tracefs", "pstore", "bpf", "mqueue", "hugetlbfs", "configfs", "fusectl", "autofs",
     "binfmt_misc", "rpc_pipefs", "efivarfs", "nsfs", "ramfs",
 })
-
-
-def gds_mount_path(facts: dict[str, Any], default: str) -> str:
-    """The directory the I/O test should use: the first NVMe-backed mount that is not the
-    root filesystem, else ``default``."""
-    for target in facts.get("storage", {}).get("nvme_mounts", []):
-        if target not in ("/", "/boot", "/boot/efi"):
-            return str(target)
-    return default

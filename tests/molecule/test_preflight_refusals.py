@@ -1,0 +1,149 @@
+"""playbooks/site.yml (run as gdsfleet.gds.site from the built collection) refuses unfit
+nodes in the preflight role, before any change, and says what to fix.
+
+Three simulated nodes (podman connection, one ansible-playbook run over all three, JSON callback):
+an unsupported OS (the node's /etc/os-release rewritten to Ubuntu 20.04), the proprietary GPU
+driver (profile `proprietary`) and no GPU driver at all (profile `nogpu`). Each must fail in
+gdsfleet.gds.preflight with the message that names the fix, and afterwards no file under /etc,
+/usr, /opt or /var may be newer than a marker touched just before the run, and dpkg must list
+exactly the packages it listed before.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gds_collection import ROOT, VENV_BIN, ansible_env
+
+pytestmark = pytest.mark.container
+
+UBUNTU_2004 = """NAME="Ubuntu"
+VERSION="20.04.6 LTS (Focal Fossa)"
+ID=ubuntu
+ID_LIKE=debian
+PRETTY_NAME="Ubuntu 20.04.6 LTS"
+VERSION_ID="20.04"
+VERSION_CODENAME=focal
+UBUNTU_CODENAME=focal
+"""
+
+MARKER = "/run/gdsfleet-test-before-site"
+# Written by the simulation itself (stand-in hardware), never by the roles.
+CHANGED_FILES = (
+    f"find /etc /usr /opt /var -xdev -newer {MARKER} "
+    "-not -path '/var/lib/gdsfleet-sim/*' -not -path '/var/log/*' -not -name '__pycache__' "
+    "-not -path '*/__pycache__/*' -not -path '/var/tmp/*' -not -path '/var/cache/debconf/*' "
+    "-print"
+)
+PACKAGES = "dpkg-query -W -f '${Package}=${Version}\\n' | sort"
+
+# node -> (what was wrong, text the failure message must carry)
+CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ubuntu2004": (
+        "unsupported OS",
+        ("Unsupported operating system Ubuntu 20.04", "Ubuntu 22.04/24.04, Debian 12",
+         "Reinstall the node with a supported release"),
+    ),
+    "proprietary": (
+        "proprietary GPU driver",
+        ("proprietary kernel module", "needs the open kernel module",
+         "install the open kernel module flavour of the NVIDIA driver"),
+    ),
+    "nogpu": (
+        "no GPU driver",
+        ("No NVIDIA GPU driver is loaded", "/proc/driver/nvidia/version is missing",
+         "install the open kernel module flavour of the NVIDIA driver"),
+    ),
+}
+
+
+def _failures(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """host -> (task name, message) of the first failed task, from the JSON callback."""
+    failed: dict[str, tuple[str, str]] = {}
+    for play in report.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                if result.get("failed") and host not in failed:
+                    failed[host] = (task["task"]["name"], str(result.get("msg", "")))
+    return failed
+
+
+@pytest.fixture(scope="module")
+def refused(
+    module_sim_node: Callable[..., Any],
+    standin_repo: Any,
+    installed_collection: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    nodes = {
+        "ubuntu2004": module_sim_node("nvfs"),
+        "proprietary": module_sim_node("proprietary"),
+        "nogpu": module_sim_node("nogpu"),
+    }
+    nodes["ubuntu2004"].exec(
+        "rm -f /etc/os-release && cat > /etc/os-release <<'EOF'\n" + UBUNTU_2004 + "EOF\n"
+        "printf 'DISTRIB_ID=Ubuntu\\nDISTRIB_RELEASE=20.04\\nDISTRIB_CODENAME=focal\\n' "
+        "> /etc/lsb-release"
+    )
+    before = {}
+    for key, node in nodes.items():
+        before[key] = node.exec(PACKAGES).stdout
+        node.exec(f"sleep 1; touch {MARKER}")
+    tmp = tmp_path_factory.mktemp("refusals")
+    inventory = tmp / "hosts.yml"
+    hosts = {node.name: {"ansible_host": node.name} for node in nodes.values()}
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
+        "hosts": hosts,
+        "vars": {"ansible_connection": "containers.podman.podman",
+                 "ansible_python_interpreter": "/usr/bin/python3",
+                 **standin_repo.group_vars()},
+    }}}}))
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "gdsfleet.gds.site"],
+        cwd=ROOT,
+        env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads(proc.stdout)
+    yield {
+        "rc": proc.returncode,
+        "nodes": nodes,
+        "failures": {
+            key: _failures(report).get(node.name) for key, node in nodes.items()
+        },
+        "before": before,
+        "stderr": proc.stderr,
+    }
+
+
+def test_the_run_fails(refused: dict[str, Any]) -> None:
+    assert refused["rc"] == 2, refused["stderr"][-3000:]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_preflight_refuses_with_what_to_fix(refused: dict[str, Any], case: str) -> None:
+    what, texts = CASES[case]
+    failure = refused["failures"][case]
+    assert failure is not None, f"{what}: the node was not refused"
+    task, message = failure
+    assert task.startswith("gdsfleet.gds.preflight : ") or "preflight" in task, (what, task)
+    for text in texts:
+        assert text in message, f"{what}: {text!r} not in {message!r}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_refused_node_is_unchanged(refused: dict[str, Any], case: str) -> None:
+    node = refused["nodes"][case]
+    changed = node.exec(CHANGED_FILES).stdout.split()
+    assert changed == [], f"{CASES[case][0]}: files changed before the refusal: {changed}"
+    assert node.exec(PACKAGES).stdout == refused["before"][case]
+    for path in ("/etc/apt/sources.list.d/doca.list", "/etc/apt/preferences.d/gdsfleet-nvidia-fs",
+                 "/var/lib/gdsfleet/reboot-required", "/etc/modules-load.d/nvidia_fs.conf"):
+        assert node.exec(f"test -e {path}", check=False).returncode != 0, path

@@ -317,6 +317,7 @@ class Lab:
                 state["started_repo"] = True
             recorded = {n["name"]: n for n in state.get("nodes", [])}
             pmap = dict(profile_map or {})
+            image_id = podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
             out: list[LabNode] = []
             # nodes beyond the requested count (from an earlier, larger `up`) go away
             for name, rec in list(recorded.items()):
@@ -336,6 +337,7 @@ class Lab:
                     raise LabError(f"a container named {name} exists and was not made by this "
                                    f"lab ({self.state_dir}); remove it or pick another prefix")
                 keep = (info is not None and info.get("State", {}).get("Running")
+                        and info.get("Image") == image_id
                         and ((info.get("Config") or {}).get("Labels") or {}).get(
                             "gdsfleet.spec") == spec.digest()
                         and rec is not None and rec.get("loop")
@@ -458,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description="The SIMULATED GDS lab (containers on loopback).")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start (or update) the lab; idempotent")
-    p_up.add_argument("--nodes", type=int, default=int(os.environ.get("GDSFLEET_LAB_NODES", "2")))
+    p_up.add_argument("--nodes", type=int, default=int(os.environ.get("GDSFLEET_LAB_NODES", "8")),
+                      help="how many of the inventory's 8 nodes to start (default 8)")
     p_up.add_argument("--profile-map", help="YAML/JSON: node name or number -> profile")
     p_up.add_argument("--profile", default="nvfs", choices=PROFILES,
                       help="profile of nodes the map does not name (default nvfs)")

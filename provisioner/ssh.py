@@ -613,6 +613,8 @@ class SSHRunner:
                     view = view[sent:]
             chan.shutdown_write()
             chan.setblocking(False)
+            # Read both streams to EOF, not merely until the exit status: sshd may send
+            # exit-status while a background child still writes to the channel.
             while True:
                 got = False
                 while chan.recv_ready():
@@ -621,11 +623,9 @@ class SSHRunner:
                 while chan.recv_stderr_ready():
                     err.append(chan.recv_stderr(65536))
                     got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not (
-                    chan.recv_stderr_ready()
-                ):
-                    break
-                if chan.closed and not got:
+                if got:
+                    continue
+                if chan.eof_received or chan.closed:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -633,8 +633,17 @@ class SSHRunner:
                         f"{self.node.name}: command ran past its {timeout:g}s deadline: "
                         f"{_short_cmd(command)}"
                     )
-                if not got:
-                    select.select([chan], [], [], min(0.05, remaining))
+                select.select([chan], [], [], min(0.05, remaining))
+            # exit-status usually comes right after EOF; the channel's close without one
+            # (a killed session) gives -1.
+            while not chan.exit_status_ready() and not chan.closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeout(
+                        f"{self.node.name}: no exit status within the {timeout:g}s deadline: "
+                        f"{_short_cmd(command)}"
+                    )
+                chan.status_event.wait(min(0.05, remaining))
             status = chan.recv_exit_status() if chan.exit_status_ready() else -1
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ConnectError(

@@ -244,3 +244,14 @@ def test_proxyjump_from_ssh_config(lab: dict, tmp_path: Path) -> None:
         # seen from the target, the connection comes from the jump host's sshd (127.0.0.1)
         assert res.stdout.split()[0] == "127.0.0.1"
         assert len(r._hops) == 1
+
+
+def test_output_after_the_exit_status_is_not_lost(lab: dict) -> None:
+    """sshd may send exit-status before the last output (a background child still writing):
+    the runner reads to EOF, not just to the exit status."""
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        res = r.run("(sleep 0.5; echo late; echo late-err >&2) & echo early; exit 4", timeout=10)
+    assert res.stdout == "early\nlate\n"
+    assert res.stderr == "late-err\n"
+    assert res.exit_status == 4

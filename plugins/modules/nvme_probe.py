@@ -54,6 +54,9 @@ options:
     type: list
     elements: str
     default: []
+  fact_path:
+    description: The role's local fact file; the UUIDs recorded there count as the role's own.
+    type: path
   mount_point:
     description: Where the role mounts the filesystem (a mount there is not "in use").
     type: path
@@ -88,6 +91,14 @@ missing:
   returned: always
 info:
   description: Per device - kernel name, signatures, partitions, holders, mounts, state, reasons.
+  type: dict
+  returned: always
+recorded:
+  description: Content of I(fact_path) (C({"filesystems": {}}) when absent or unreadable).
+  type: dict
+  returned: always
+tools:
+  description: Whether C(mkfs.xfs), C(mkfs.ext4), C(mdadm) and C(wipefs) are on the PATH.
   type: dict
   returned: always
 mdstat:
@@ -485,12 +496,25 @@ def main() -> None:
             "label": {"type": "str", "default": "gdsfleet"},
             "known_uuids": {"type": "list", "elements": "str", "default": []},
             "mount_point": {"type": "path", "required": True},
+            "fact_path": {"type": "path"},
             "force": {"type": "bool", "default": False},
             "raid_chunk_kb": {"type": "int", "default": 512},
         },
         supports_check_mode=True,
     )
     params = module.params
+    recorded: dict[str, Any] = {"filesystems": {}}
+    if params["fact_path"] and os.path.isfile(params["fact_path"]):
+        try:
+            loaded = json.loads(_read(params["fact_path"]))
+            if isinstance(loaded, dict) and isinstance(loaded.get("filesystems"), dict):
+                recorded = loaded
+        except ValueError:
+            module.warn(f"{params['fact_path']} is not JSON; ignoring it")
+    known_uuids = list(params["known_uuids"]) + [
+        str(entry.get("uuid")) for entry in recorded["filesystems"].values()
+        if isinstance(entry, dict) and entry.get("uuid")
+    ]
     prober = Prober(module)
     found, missing = resolve(module, prober)
     infos = [prober.probe(path, devno) for path, devno in found]
@@ -513,11 +537,11 @@ def main() -> None:
                 "info": prober.probe(raid_device, raid_devno),
             })
             classify(raid["info"], fstype=params["filesystem"], label=params["label"],
-                     known_uuids=params["known_uuids"], mount_point=params["mount_point"])
+                     known_uuids=known_uuids, mount_point=params["mount_point"])
             ours_holders = frozenset([raid["kernel_name"]])
     for info in infos:
         classify(info, fstype=params["filesystem"], label=params["label"],
-                 known_uuids=params["known_uuids"], mount_point=params["mount_point"],
+                 known_uuids=known_uuids, mount_point=params["mount_point"],
                  ours_holders=ours_holders)
 
     result_plan = plan(infos, raid, force=params["force"], raid_device=raid_device,
@@ -531,6 +555,9 @@ def main() -> None:
         info={i["path"]: i for i in infos},
         raid=raid,
         mdstat=mdstat(),
+        recorded=recorded,
+        tools={tool: module.get_bin_path(tool) is not None
+               for tool in ("mkfs.xfs", "mkfs.ext4", "mdadm", "wipefs")},
         plan=result_plan,
     )
 

@@ -269,6 +269,7 @@ class SimNodeFactory:
         cmd = ["podman", "run", "-d", "--privileged", "--network", "host", "--restart", "always",
                "--name", node.name, "--hostname", node.name,
                "--label", f"{labmod.LABEL}=fixtures#{TOKEN}",
+               "--label", f"gdsfleet.pid={os.getpid()}",
                "-e", f"GDSFLEET_SIM_PROFILE={profile}", "-e", f"GDSFLEET_SIM_SEED={node.name}"]
         for k, v in sorted(node.env.items()):
             cmd += ["-e", f"{k}={v}"]

@@ -3,6 +3,7 @@
     python -m tests.harness.lab up [--nodes N] [--profile-map FILE] [--profile NAME]
     python -m tests.harness.lab down
     python -m tests.harness.lab status
+    python -m tests.harness.lab gc      # what crashed test sessions left behind
 
 TEST HARNESS ONLY. Each node is a privileged container of the node image
 (localhost/gdsfleet-node:bookworm, tests/harness/node/) named gdsfleet-lab-NN, with sshd on
@@ -263,6 +264,7 @@ class Lab:
         cmd = ["run", "-d", "--privileged", "--network", "host", "--restart", "always",
                "--hostname", node.name, "--name", node.name,
                "--label", self.label, "--label", f"gdsfleet.spec={spec.digest()}",
+               "--label", f"gdsfleet.pid={os.getpid()}",
                "-e", f"GDSFLEET_SIM_PROFILE={spec.profile}",
                "-e", f"GDSFLEET_SSH_PORT={node.port}",
                "-e", f"GDSFLEET_SSH_AUTHORIZED_KEY={pubkey}",
@@ -445,6 +447,43 @@ def load_lab_group_vars() -> dict[str, Any]:
     return out
 
 
+def gc() -> list[str]:
+    """Remove what crashed test sessions left: harness containers (gdsfleet-hx-*, gdsfleet-fx-*)
+    whose pytest process is gone, and loop devices backed by <such a container>.img whose
+    container no longer exists. Never touches the operator's lab (gdsfleet-lab-NN)."""
+    done: list[str] = []
+    fmt = '{{.Names}} {{index .Labels "gdsfleet.pid"}}'
+    proc = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", fmt, check=False)
+    for line in proc.stdout.splitlines():
+        name, _, pid = line.partition(" ")
+        if not name.startswith(("gdsfleet-hx-", "gdsfleet-fx-")) or not pid.strip().isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its session is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        podman("rm", "-f", "-t", "0", name, check=False)
+        done.append(f"container {name}")
+    names = set(podman("ps", "-a", "--format", "{{.Names}}", check=False).stdout.split())
+    listing = run(["losetup", "-n", "-O", "NAME,BACK-FILE"], check=False).stdout
+    for line in listing.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            continue
+        dev, backing = parts[0], parts[1].strip()
+        base = Path(backing.replace(" (deleted)", "")).name
+        owner = base[:-4] if base.endswith(".img") else ""
+        if owner.startswith(("gdsfleet-hx-", "gdsfleet-fx-")) and owner not in names:
+            run(["losetup", "-d", dev], check=False)
+            with contextlib.suppress(OSError):
+                Path(backing).unlink()
+            done.append(f"loop {dev} ({backing})")
+    return done
+
+
 def ssh_banner(host: str, port: int, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
@@ -469,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     p_down.add_argument("--stop-repo", action="store_true",
                         help="also stop the stand-in repository server")
     sub.add_parser("status", help="show the lab's nodes")
+    sub.add_parser("gc", help="remove containers/loop devices left by crashed test sessions")
     args = parser.parse_args(argv)
     lab = Lab()
     try:
@@ -479,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{n.name}  ssh root@127.0.0.1 -p {n.port}  profile={n.profile}"
                       f"{' ' + json.dumps(n.env) if n.env else ''}  nvme={n.nvme} ({n.loop})")
             print(f"inventory: {ROOT / 'inventories' / 'lab'}  (first {len(nodes)} hosts are up)")
+        elif args.cmd == "gc":
+            for item in gc():
+                print(f"removed {item}")
         elif args.cmd == "down":
             removed = lab.down(stop_repo_server=True if args.stop_repo else None)
             print(f"removed {len(removed)} node(s): {' '.join(sorted(removed)) or '-'}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 import paramiko
 import pytest
@@ -44,6 +46,23 @@ def test_fleet_ssh_profiles_and_inventory(lab_fleet) -> None:  # noqa: ANN001
     assert inv["all"]["vars"]["cuda_repo_base_url"] == "http://127.0.0.1:8470/cuda/repos"
     # the same arguments give back the same fleet (reuse within a module)
     assert lab_fleet(2, {"2": {"profile": "p2pdma", "env": {"SIM_IOMMU": "pt"}}}) is fleet
+
+
+def test_fleet_node_survives_ansible_reboot(lab_fleet) -> None:  # noqa: ANN001
+    """ansible.builtin.reboot (what playbooks/reboot.yml runs) sees a new boot id and sshd back;
+    boot-time configuration (modprobe.d) is applied by the "reboot"."""
+    fleet = lab_fleet(2, {"2": {"profile": "p2pdma", "env": {"SIM_IOMMU": "pt"}}})
+    node = fleet.nodes[0]
+    before = ssh(node, fleet, "cat /proc/sys/kernel/random/boot_id").strip()
+    ssh(node, fleet, "echo 'options nvme_core multipath=N' > /etc/modprobe.d/gdsfleet-test.conf")
+    ansible = Path(sys.executable).with_name("ansible")
+    proc = subprocess.run([str(ansible), "-i", str(fleet.inventory), node.name, "-m",
+                           "ansible.builtin.reboot", "-a", "reboot_timeout=120"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '"rebooted": true' in proc.stdout
+    assert ssh(node, fleet, "cat /proc/sys/kernel/random/boot_id").strip() != before
+    assert ssh(node, fleet, "cat /sys/module/nvme_core/parameters/multipath").strip() == "N"
 
 
 def test_lab_down_removes_containers_and_loops(tmp_path, node_image, standin_repo) -> None:  # noqa: ANN001

@@ -7,6 +7,7 @@ cufile.json and the stand-in kvikio/gdscheck and look at what a verifier would s
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -185,3 +186,24 @@ def test_dkms_build_failure(module_sim_node, standin_repo) -> None:
     assert n.exec("dkms status").stdout.strip() == "nvidia-fs/2.25.7: added"
     assert "error:" in n.read("/var/lib/dkms/nvidia-fs/2.25.7/build/make.log")
     assert n.exec("modprobe nvidia_fs", check=False).returncode == 1
+
+
+def test_p2pdma_route_needs_both_keys(module_sim_node, standin_repo) -> None:
+    n = module_sim_node("p2pdma", nvme=True)
+    n.install_repo(standin_repo, doca=False)
+    n.apt_install("libcufile-12-9", "gds-tools-12-9")
+    n.exec("mkfs.xfs -q -f /dev/nvme0n1 && mkdir -p /mnt/gds && mount /dev/nvme0n1 /mnt/gds")
+    try:
+        cfg: dict = {"properties": {"allow_compat_mode": False, "use_pci_p2pdma": True}}
+        n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
+        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"}, check=False)
+        assert r.returncode != 0 and "use_pci_p2pdma not enabled" in r.stderr
+        cfg["block"] = {"nvme": {"use_pci_p2pdma": True}}
+        n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
+        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"})
+        assert r.stdout.split() == ["False", "False"]  # no nvidia-fs, still direct
+        out = n.exec("/usr/local/cuda-12.9/gds/tools/gdscheck -p").stdout
+        assert re.search(r"^ NVMe P2PDMA\s+: Supported$", out, re.M)
+        assert n.exec("test -e /proc/driver/nvidia-fs", check=False).returncode == 1
+    finally:
+        n.exec("umount /mnt/gds", check=False)

@@ -9,7 +9,7 @@ What is expected comes from GDSFLEET_EXPECT_MOUNTS ("/mnt/gds=xfs,/raid=ext4") o
 unset, from the filesystems the nvme role recorded in /etc/ansible/facts.d/gdsfleet_nvme.fact
 on the node. Each must be: mounted, of that type (xfs or ext4), listed in /etc/fstab by
 UUID=<the mounted filesystem's UUID>, and for ext4 carry an explicit data=ordered in fstab
-and in the live mount (never data=journal).
+and in the live mount (never data=journal). A node without either skips these tests.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def _expected(host: Any) -> dict[str, str]:
         return {mp.strip(): fs.strip() for mp, fs in pairs}
     fact = host.file(FACT_FILE)
     if not fact.exists:
-        pytest.fail(f"no GDSFLEET_EXPECT_MOUNTS and no {FACT_FILE} on the node: nothing to check")
+        pytest.skip(f"the nvme role recorded no filesystem on this node ({FACT_FILE} is absent);"
+                    " set GDSFLEET_EXPECT_MOUNTS to check mounts made otherwise")
     recorded = json.loads(fact.content_string).get("filesystems", {})
     return {mp: entry["fstype"] for mp, entry in recorded.items()}
 

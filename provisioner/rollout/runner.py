@@ -10,6 +10,7 @@ unreachable hosts into one number and a malformed playbook can look like either.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ProvisionerError
+
+_WHY = re.compile(r"error|fail|unmet|depends:|unable|not installable|no such|denied|refus",
+                  re.IGNORECASE)
 
 # Keys whose values never leave the driver (reports, ledger, logs).
 _SECRET_HINTS = ("password", "passwd", "secret", "token", "private_key", "api_key")
@@ -90,6 +94,16 @@ def _message(res: Mapping[str, Any]) -> str:
         text = "task failed (no message)"
     if res.get("_ansible_no_log"):
         return "task failed (output hidden by no_log)"
+    # a generic msg ("... failed: E: Sub-process ... error code (1)") says little: add the
+    # output lines that say why (unmet dependencies, a DKMS build error, ...)
+    extra: list[str] = []
+    for key in ("stdout", "stderr"):
+        val = res.get(key)
+        if isinstance(val, str) and val is not text:
+            extra += [ln.strip() for ln in val.splitlines()
+                      if _WHY.search(ln) and ln.strip() and ln.strip() not in text]
+    if extra:
+        text = text + "\n" + "\n".join(list(dict.fromkeys(extra))[-4:])
     # keep the ledger and reports readable: last lines of long outputs
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) > 6:

@@ -145,3 +145,17 @@ def test_missing_playbook(tmp_path: Path) -> None:
 
     with pytest.raises(ProvisionerError, match="does not exist"):
         run_playbook(tmp_path / "none.yml", _local_inventory(tmp_path), ["ok"])
+
+
+def test_generic_messages_get_the_lines_that_say_why() -> None:
+    ev = {"event": "runner_on_failed", "event_data": {
+        "host": "a", "task": "Ensure the DOCA-OFED packages are installed", "res": {
+            "msg": "'/usr/bin/apt-get install doca-ofed' failed: E: Unable to correct problems",
+            "stdout": "Reading package lists...\nThe following packages have unmet "
+                      "dependencies:\n mlnx-nvme-dkms : Depends: dkms but it is not "
+                      "installable\n",
+            "stderr": "E: Unable to correct problems"}}}
+    msg = _collect([ev], ["a"])["a"].message or ""
+    assert msg.startswith("'/usr/bin/apt-get install doca-ofed' failed")
+    assert "mlnx-nvme-dkms : Depends: dkms but it is not installable" in msg
+    assert msg.count("Unable to correct problems") == 1

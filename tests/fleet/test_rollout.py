@@ -1,0 +1,393 @@
+"""``provisioner rollout`` against SIMULATED fleets (containers with stand-in hardware).
+
+One module, fleets reused where the issue allows (the lab_fleet factory keeps one fleet per
+module and replaces it when asked for another shape), in this order:
+
+* 8 nodes: plan, a clean rollout to full compliance (canary + ramp), a reconcile re-run that
+  only verifies, kill -9 of the orchestrator in the middle of a wave then the same command
+  (finished nodes are not re-provisioned: shown from the ledger and the playbook events), an
+  unreachable node, and bad input refused before anything runs.
+* 2 nodes: a canary that fails (nothing else touched), and two rollouts at once.
+* 4 nodes: a wave over its failure budget because two nodes' package install fails
+  (SIM_DKMS_BUILD=fail: the nvidia-fs DKMS build fails in the package's postinst): stops, the
+  rest untouched, reasons recorded.
+
+Healthy nodes use the p2pdma profile/route (no MOFED/DOCA step, the shortest play); the
+package-install failures use the nvfs route. Verification runs with a 16 MiB I/O test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.exitcodes import Exit
+from provisioner.store import Ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = ROOT / ".venv" / "bin"
+IO = "16M"
+HEALTHY = {"gds_route": "p2pdma"}
+
+pytestmark = pytest.mark.fleet
+
+
+@pytest.fixture(scope="module")
+def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collection built from this checkout into a private path (no race with others)."""
+    tmp = tmp_path_factory.mktemp("collection")
+    env = _env()
+    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force",
+                    "--output-path", str(tmp / "build"), str(ROOT)],
+                   check=True, capture_output=True, env=env, timeout=300)
+    tarball = next((tmp / "build").glob("gdsfleet-gds-*.tar.gz"))
+    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--force",
+                    "--offline", "--no-deps", "-p", str(tmp / "collections"), str(tarball)],
+                   check=True, capture_output=True, env=env, timeout=300)
+    return tmp / "collections"
+
+
+def _env(collections: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["CONTAINERS_CONF"] = str(ROOT / "tests" / "harness" / "containers.conf")
+    if collections is not None:
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Ctl:
+    """Runs the provisioner against one fleet with one ledger and one events log."""
+
+    def __init__(self, inventory: Path, tmp: Path, collections: Path) -> None:
+        self.inventory = inventory
+        self.ledger = tmp / "ledger.sqlite"
+        self.events = tmp / "events.jsonl"
+        self.tmp = tmp
+        self.collections = collections
+
+    def argv(self, command: str, *args: str) -> list[str]:
+        base = [str(VENV_BIN / "provisioner"), command, "-i", str(self.inventory),
+                "--ledger", str(self.ledger)]
+        if command == "rollout":
+            base += ["--io-size", IO, "--events-log", str(self.events), "--plain"]
+        return base + list(args)
+
+    def run(self, command: str, *args: str, timeout: float = 900
+            ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(command, *args), capture_output=True, text=True,
+                              env=_env(self.collections), cwd=ROOT, timeout=timeout,
+                              check=False)
+
+    def start(self, command: str, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(command, *args), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True,
+                                env=_env(self.collections), cwd=ROOT)
+
+    def open(self) -> Ledger:
+        return Ledger.open(self.ledger)
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.ledger.exists():
+            return []
+        with self.open() as led:
+            return led.runs(kind="rollout", limit=100)
+
+    def steps(self, run_id: str) -> dict[str, dict[str, Any]]:
+        with self.open() as led:
+            return led.node_steps(run_id)
+
+    def events_of(self) -> list[dict[str, Any]]:
+        if not self.events.exists():
+            return []
+        return [json.loads(x) for x in self.events.read_text().splitlines() if x.strip()]
+
+
+def _explain(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n" \
+           f"{proc.stderr[-6000:]}"
+
+
+def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        val = pred()
+        if val:
+            return val
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ============================================================================ 8 nodes
+@pytest.fixture(scope="module")
+def big(lab_fleet: Any, collections: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    fleet = lab_fleet(8, dict.fromkeys(range(1, 9), "p2pdma"), group_vars=HEALTHY)
+    ctl = Ctl(fleet.inventory, tmp_path_factory.mktemp("big"), collections)
+    ctl.fleet = fleet  # type: ignore[attr-defined]
+    ctl.timings = {}  # type: ignore[attr-defined]
+    return ctl
+
+
+def test_plan_prints_waves_and_changes_nothing(big: Ctl) -> None:
+    proc = big.run("plan", "--waves", "1,3,100%", "--json", "-")
+    assert proc.returncode == 0, _explain(proc)
+    doc = json.loads(proc.stdout)
+    assert [len(w["nodes"]) for w in doc["waves"]] == [1, 3, 4]
+    assert {n["action"] for w in doc["waves"] for n in w["nodes"]} == {"provision"}
+    assert not big.ledger.exists()
+
+
+def test_clean_rollout_to_full_compliance(big: Ctl) -> None:
+    report = big.tmp / "first.json"
+    t0 = time.monotonic()
+    proc = big.run("rollout", "--waves", "1,3,100%", "--json", str(report),
+                   "--junit", str(big.tmp / "first.xml"))
+    big.timings["first"] = time.monotonic() - t0  # type: ignore[attr-defined]
+    assert proc.returncode == Exit.OK, _explain(proc)
+    doc = json.loads(report.read_text())
+    assert doc["status"] == "succeeded"
+    assert [w["size"] for w in doc["waves"]] == [1, 3, 4]
+    assert all(w["passed"] for w in doc["waves"])
+    assert {n["step"] for n in doc["nodes"]} == {"compliant"}
+    names = set(big.fleet.names)  # type: ignore[attr-defined]
+    steps = big.steps(doc["run_id"])
+    assert {n: s["step"] for n, s in steps.items()} == dict.fromkeys(names, "compliant")
+    with big.open() as led:
+        latest = {r["node"]: r for r in led.latest()}
+    assert set(latest) == names
+    assert all(r["compliant"] and r["path_taken"] == "direct" for r in latest.values())
+    # one playbook run per wave; the canary ran alone, before everybody else
+    outcomes = [e for e in big.events_of() if e["event"].startswith("outcome:")]
+    by_wave: dict[int, set[str]] = {}
+    for e in outcomes:
+        by_wave.setdefault(e["wave"], set()).add(e["host"])
+    assert [len(by_wave[w]) for w in sorted(by_wave)] == [1, 3, 4]
+    canary = doc["plan"]["waves"][0]["nodes"][0]["name"]
+    assert by_wave[0] == {canary}
+    # health gates ran before waves 1 and 2 (cheap re-verification of the rolled nodes)
+    assert "gate health: pass: before wave 1: 1/1" in proc.stderr
+    assert "gate health: pass: before wave 2: 4/4" in proc.stderr
+
+
+def test_reconcile_rerun_only_verifies(big: Ctl) -> None:
+    before = len(big.events_of())
+    report = big.tmp / "again.json"
+    t0 = time.monotonic()
+    proc = big.run("rollout", "--waves", "1,3,100%", "--json", str(report))
+    took = time.monotonic() - t0
+    assert proc.returncode == Exit.OK, _explain(proc)
+    doc = json.loads(report.read_text())
+    assert {n["action"] for n in doc["nodes"]} == {"verify"}
+    assert not any(n["provisioned"] for n in doc["nodes"])
+    assert len(big.events_of()) == before  # no playbook ran at all
+    first = big.timings.get("first")  # type: ignore[attr-defined]
+    if first:  # generous bound here; bench/bench_rollout.py measures the real ratio
+        assert took < 0.5 * first, (took, first)
+
+
+def test_kill_9_mid_wave_then_resume(big: Ctl) -> None:
+    names = big.fleet.names[:4]  # type: ignore[attr-defined]
+    args = ("--force", "--limit", ":".join(names), "--waves", "1,100%")
+    runs_before = {r["id"] for r in big.runs()}
+    proc = big.start("rollout", *args)
+    try:
+        def wave1_provisioning() -> dict[str, str] | None:
+            new = [r for r in big.runs() if r["id"] not in runs_before]
+            if not new:
+                return None
+            st = {n: s["step"] for n, s in big.steps(new[0]["id"]).items()}
+            if sum(1 for s in st.values() if s == "compliant") == 1 and \
+                    "provisioning" in st.values():
+                return st
+            return None
+
+        _wait(wave1_provisioning, 600, "the canary done and wave 1 provisioning")
+        time.sleep(2)  # well inside wave 1's playbook run
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        out = proc.communicate()[0]
+    assert proc.returncode == -signal.SIGKILL, out
+    (run,) = [r for r in big.runs() if r["id"] not in runs_before]
+    assert run["finished_at"] is None  # killed: the run is unfinished
+    steps = {n: s["step"] for n, s in big.steps(run["id"]).items()}
+    finished = {n for n, s in steps.items() if s == "compliant"}
+    caught = {n for n, s in steps.items() if s in ("provisioning", "verifying")}
+    assert len(finished) == 1 and len(caught) == 3, steps
+    killed_pid = proc.pid
+
+    again = big.run("rollout", *args)
+    assert again.returncode == Exit.OK, _explain(again)
+    assert "resuming" in again.stderr
+    runs = [r for r in big.runs() if r["id"] not in runs_before]
+    assert [r["id"] for r in runs] == [run["id"]] and runs[0]["status"] == "succeeded"
+    with big.open() as led:
+        for n in finished:  # the ledger: provisioned once, by the killed process
+            ev = [e["step"] for e in led.step_events(run["id"], n)]
+            assert ev.count("provisioning") == 1, (n, ev)
+        for n in caught:
+            assert led.node_steps(run["id"])[n]["step"] == "compliant"
+    # the playbook events: the resumed process never ran a playbook on the finished node, and
+    # its first playbook run was the nodes caught mid-step
+    events = [e for e in big.events_of() if e["run"] == run["id"]]
+    resumed = [e for e in events if e["pid"] != killed_pid]
+    assert resumed and not {e["host"] for e in resumed} & finished
+    assert {e["host"] for e in resumed if e["event"] == "start"} == caught
+    assert {e["host"] for e in events if e["pid"] == killed_pid and e["event"] == "start"} \
+        == set(names)
+
+
+def test_bad_input_is_refused_before_anything_runs(big: Ctl, tmp_path: Path) -> None:
+    runs_before = len(big.runs())
+    events_before = len(big.events_of())
+    good = yaml.safe_load(big.inventory.read_text())
+
+    def inventory(mutate: Callable[[dict[str, Any]], None]) -> Path:
+        data = json.loads(json.dumps(good))
+        mutate(data)
+        path = tmp_path / f"inv{len(list(tmp_path.iterdir()))}" / "hosts.yml"
+        path.parent.mkdir()
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    hosts = good["all"]["children"]["gpu_nodes"]["hosts"]
+    first = sorted(hosts)[0]
+
+    def meta_host(d: dict[str, Any]) -> None:
+        h = d["all"]["children"]["gpu_nodes"]["hosts"]
+        h["gpu;reboot"] = h.pop(first)
+
+    def meta_var(d: dict[str, Any]) -> None:
+        d["all"]["children"]["gpu_nodes"]["hosts"][first]["gds_route"] = "$(reboot)"
+
+    def meta_addr(d: dict[str, Any]) -> None:
+        d["all"]["children"]["gpu_nodes"]["hosts"][first]["ansible_host"] = "127.0.0.1;id"
+
+    malformed = tmp_path / "broken" / "hosts.yml"
+    malformed.parent.mkdir()
+    malformed.write_text("all:\n  children:\n    gpu_nodes:\n      hosts: [\n")
+    cases: list[tuple[list[str], str]] = [
+        (["-i", str(malformed)], "cannot be parsed"),
+        (["--limit", "no-such-node"], "matches no host"),
+        (["--waves", "1,five,100%"], "--waves"),
+        (["--waves", "0,100%"], "must be above 0"),
+        (["-i", str(inventory(meta_host))], "not a valid host name"),
+        (["-i", str(inventory(meta_var))], "command substitution"),
+        (["-i", str(inventory(meta_addr))], "ansible_host"),
+        (["--max-failures", "lots"], "--max-failures"),
+        (["--confirm"], "no terminal"),
+    ]
+    for extra, message in cases:
+        argv = big.argv("rollout", *extra)
+        if extra[0] == "-i":  # replace the fleet's inventory
+            i = argv.index("-i")
+            del argv[i:i + 2]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(big.collections),
+                              cwd=ROOT, timeout=120, check=False, stdin=subprocess.DEVNULL)
+        assert proc.returncode == Exit.USAGE, (extra, _explain(proc))
+        assert message in proc.stderr, (extra, proc.stderr)
+    assert len(big.runs()) == runs_before
+    assert len(big.events_of()) == events_before
+
+
+def test_unreachable_node(big: Ctl) -> None:
+    victim = big.fleet.names[-1]  # type: ignore[attr-defined]
+    big.fleet.exec(victim, "kill $(cat /run/sshd.pid) || pkill -x sshd")  # type: ignore[attr-defined]
+    report = big.tmp / "unreachable.json"
+    proc = big.run("rollout", "--waves", "1,3,100%", "--max-failures", "1",
+                   "--connect-timeout", "3", "--json", str(report))
+    assert proc.returncode == Exit.UNREACHABLE, _explain(proc)
+    doc = json.loads(report.read_text())
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert nodes[victim]["step"] == "failed" and nodes[victim]["failure"] == "unreachable"
+    assert nodes[victim]["outcome"]["status"] == "unreachable"
+    assert {n["step"] for name, n in nodes.items() if name != victim} == {"compliant"}
+    steps = big.steps(doc["run_id"])
+    assert steps[victim]["detail"]["failure"] == "unreachable"
+
+
+# ============================================================================ 2 nodes
+@pytest.fixture
+def pair(lab_fleet: Any, collections: Path, tmp_path: Path) -> Ctl:
+    # node 1 has no GPU: preflight refuses it (a fast, real failure for the canary)
+    fleet = lab_fleet(2, {1: "nogpu", 2: "p2pdma"}, group_vars=HEALTHY)
+    ctl = Ctl(fleet.inventory, tmp_path, collections)
+    ctl.fleet = fleet  # type: ignore[attr-defined]
+    return ctl
+
+
+def test_canary_failure_stops_everything(pair: Ctl) -> None:
+    canary, other = pair.fleet.names  # type: ignore[attr-defined]
+    report = pair.tmp / "r.json"
+    proc = pair.run("rollout", "--waves", "1,100%", "--json", str(report))
+    assert proc.returncode == Exit.ABORTED, _explain(proc)
+    doc = json.loads(report.read_text())
+    assert "canary failed" in doc["message"]
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert nodes[canary]["step"] == "failed" and nodes[canary]["outcome"]["failed_task"]
+    assert nodes[other]["step"] == "pending"
+    assert pair.steps(doc["run_id"])[other]["step"] == "pending"
+    assert other not in {e["host"] for e in pair.events_of()}  # nothing else touched
+    assert pair.runs()[0]["status"] == "aborted"
+
+
+def test_two_rollouts_at_once(pair: Ctl) -> None:
+    _canary, healthy = pair.fleet.names  # type: ignore[attr-defined]
+    first = pair.start("rollout", "--limit", healthy)
+    try:
+        _wait(lambda: pair.runs() and "provisioning" in
+              {s["step"] for s in pair.steps(pair.runs()[0]["id"]).values()},
+              300, "the first rollout provisioning")
+        second = pair.run("rollout", "--limit", healthy, timeout=120)
+        assert second.returncode == Exit.LOCKED, _explain(second)
+        assert f"pid {first.pid}" in second.stderr
+        assert "another rollout holds the lock" in second.stderr
+        assert len(pair.runs()) == 1  # the second started nothing
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+
+
+# ============================================================================ 4 nodes
+def test_wave_over_budget_after_package_install_failures(
+    lab_fleet: Any, collections: Path, tmp_path: Path
+) -> None:
+    dkms_fail = {"profile": "nvfs", "env": {"SIM_DKMS_BUILD": "fail"}}
+    fleet = lab_fleet(4, {1: "p2pdma", 2: dkms_fail, 3: dkms_fail, 4: "p2pdma"},
+                      group_vars=HEALTHY)
+    inv = yaml.safe_load(fleet.inventory.read_text())
+    hosts = inv["all"]["children"]["gpu_nodes"]["hosts"]
+    for name in fleet.names[1:3]:  # the nvfs route's nvidia-fs-dkms for the two DKMS nodes
+        hosts[name]["gds_route"] = "nvfs"
+        hosts[name]["mofed_flavor"] = "none"  # straight to nvidia-fs (CUDA repository)
+    fleet.inventory.write_text(yaml.safe_dump(inv))
+    ctl = Ctl(fleet.inventory, tmp_path, collections)
+    report = tmp_path / "r.json"
+    proc = ctl.run("rollout", "--waves", "1,2,100%", "--max-failures", "1", "--json",
+                   str(report))
+    assert proc.returncode == Exit.ABORTED, _explain(proc)
+    doc = json.loads(report.read_text())
+    assert "over its failure budget" in doc["message"]
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    n1, n2, n3, n4 = fleet.names
+    assert nodes[n1]["step"] == "compliant"
+    for n in (n2, n3):  # the reasons: the failed task and its message, in the ledger too
+        assert nodes[n]["step"] == "failed" and nodes[n]["failure"] == "failed"
+        out = nodes[n]["outcome"]
+        assert out["status"] == "failed" and "nvidia-fs" in out["failed_task"], out
+        assert out["message"], out
+        detail = ctl.steps(doc["run_id"])[n]["detail"]
+        assert detail["outcome"]["failed_task"] == out["failed_task"]
+        assert n in doc["message"]
+    assert nodes[n4]["step"] == "pending"
+    assert n4 not in {e["host"] for e in ctl.events_of()}
+    assert doc["waves"][1]["failed"] == 2 and doc["waves"][1]["allowed_failures"] == 1

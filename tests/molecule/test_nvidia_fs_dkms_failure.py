@@ -1,0 +1,76 @@
+"""A node where DKMS cannot build nvidia-fs for the running kernel (profile `dkmsfail`) fails in
+gdsfleet.gds.nvidia_fs with a message that says what failed and what to fix: the DKMS state,
+the end of make.log, the kernel headers package, the nvidia-fs/kernel compatibility hint and the
+command to retry. nvidia_fs is then neither loaded nor set to load at boot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gds_collection import VENV_BIN, ansible_env
+
+pytestmark = pytest.mark.container
+
+PLAYBOOK = """
+- name: The stack up to nvidia-fs, without an OFED
+  hosts: gpu_nodes
+  become: true
+  roles:
+    - role: gdsfleet.gds.preflight
+    - role: gdsfleet.gds.mofed
+    - role: gdsfleet.gds.cuda
+    - role: gdsfleet.gds.nvidia_fs
+"""
+
+
+def test_dkms_build_failure_is_explained(
+    sim_node: Callable[..., Any], standin_repo: Any, installed_collection: Path, tmp_path: Path
+) -> None:
+    node = sim_node("dkmsfail", ssh=True)
+    kernel = node.exec("uname -r").stdout.strip()
+    (tmp_path / "site.yml").write_text(PLAYBOOK)
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {"gpu_nodes": {
+        "hosts": {node.name: {
+            "ansible_host": "127.0.0.1", "ansible_port": node.ssh_port, "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(node.key_file),
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={node.known_hosts}",
+        }},
+        "vars": {"ansible_python_interpreter": "/usr/bin/python3", "mofed_flavor": "none",
+                 **standin_repo.group_vars()},
+    }}}}))
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", "hosts.yml", "site.yml"],
+        cwd=tmp_path,
+        env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_PIPELINING="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    failures = [
+        (task["task"]["name"], result.get("msg", ""))
+        for play in json.loads(proc.stdout)["plays"]
+        for task in play["tasks"]
+        for result in task["hosts"].values()
+        if result.get("failed")
+    ]
+    assert len(failures) == 1, failures
+    task, message = failures[0]
+    assert task.startswith("gdsfleet.gds.nvidia_fs : "), task
+    for text in (
+        f"nvidia-fs is not built for the running kernel {kernel}",
+        "dkms status: nvidia-fs/2.25.7",  # the DKMS state as dkms reports it
+        "make.log",  # where the build log is, with its last lines
+        "Error! Build of nvidia-fs failed",  # what dpkg's postinst said
+        f"linux-headers-{kernel}",  # what to install
+        "set cuda_nvidia_fs_version",  # the version knob for newer kernels
+        f"dkms install -m nvidia-fs -v <version> -k {kernel}",  # how to retry
+    ):
+        assert text in message, f"{text!r} not in {message!r}"
+    assert node.exec("test -e /sys/module/nvidia_fs", check=False).returncode != 0
+    assert node.exec("test -e /etc/modules-load.d/nvidia_fs.conf", check=False).returncode != 0

@@ -58,18 +58,24 @@ def _timed(cmd: list[str], **kw: Any) -> tuple[float, int]:
 
 
 @contextmanager
-def fresh_fleet(nodes: int) -> Iterator[Path]:
-    """A fresh simulated fleet (tests.harness.lab up/down); yields the inventory path."""
-    py = str(REPO / ".venv" / "bin" / "python")
-    subprocess.run([py, "-m", "tests.harness.lab", "down"], cwd=REPO, env=_env(),
-                   check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    subprocess.run([py, "-m", "tests.harness.lab", "up", "--nodes", str(nodes)], cwd=REPO,
-                   env=_env(), check=True, stdout=subprocess.DEVNULL)
+def fresh_fleet(nodes: int, route: str | None) -> Iterator[Path]:
+    """A fresh simulated fleet of its own (never the operator's lab); yields its inventory.
+
+    Built with the harness's Lab (tests/harness/lab.py) under a private name prefix, state
+    directory and port range, and torn down afterwards.
+    """
+    from tests.harness import lab as labmod
+
+    os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "harness" / "containers.conf"))
+    state = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-rollout-"))
+    lab = labmod.Lab(state, prefix="gdsfleet-bench-ro", port_base=26400)
+    profiles = dict.fromkeys(range(1, nodes + 1), route) if route else {}
+    group_vars = {"gds_route": route} if route else None
     try:
-        yield REPO / "inventories" / "lab"
+        lab_nodes = lab.up(nodes, profiles)
+        yield lab.inventory(state / "inventory" / "hosts.yml", lab_nodes, group_vars)
     finally:
-        subprocess.run([py, "-m", "tests.harness.lab", "down"], cwd=REPO, env=_env(),
-                       check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        lab.down(stop_repo_server=False)
 
 
 def serial_playbook(tmp: Path) -> Path:
@@ -85,14 +91,14 @@ def serial_playbook(tmp: Path) -> Path:
     return out
 
 
-def part1_overhead(nodes: int, io_size: str) -> dict[str, float]:
+def part1_overhead(nodes: int, route: str | None) -> dict[str, float]:
     prov = str(REPO / ".venv" / "bin" / "provisioner")
     with tempfile.TemporaryDirectory() as tmp:
         pb = serial_playbook(Path(tmp))
-        with fresh_fleet(nodes) as inv:
+        with fresh_fleet(nodes, route) as inv:
             raw, rc_raw = _timed([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i",
                                   str(inv), str(pb), "-f", "10"])
-        with fresh_fleet(nodes) as inv:
+        with fresh_fleet(nodes, route) as inv:
             ledger = Path(tmp) / "ledger.sqlite"
             roll, rc_roll = _timed([prov, "rollout", "-i", str(inv), "--ledger", str(ledger),
                                     "--waves", WAVES, "--no-verify", "--plain",
@@ -101,9 +107,9 @@ def part1_overhead(nodes: int, io_size: str) -> dict[str, float]:
             "rc_raw": rc_raw, "rc_rollout": rc_roll}
 
 
-def part2_reconcile(nodes: int, io_size: str) -> dict[str, float]:
+def part2_reconcile(nodes: int, io_size: str, route: str | None) -> dict[str, float]:
     prov = str(REPO / ".venv" / "bin" / "provisioner")
-    with tempfile.TemporaryDirectory() as tmp, fresh_fleet(nodes) as inv:
+    with tempfile.TemporaryDirectory() as tmp, fresh_fleet(nodes, route) as inv:
         ledger = Path(tmp) / "ledger.sqlite"
         args = [prov, "rollout", "-i", str(inv), "--ledger", str(ledger), "--waves", WAVES,
                 "--plain", "--max-parallel", "10", "--io-size", io_size]
@@ -178,9 +184,14 @@ def main() -> int:
     ap.add_argument("--only", choices=["1", "2", "3"], action="append")
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--io-size", default="16M")
+    ap.add_argument("--route", choices=["nvfs", "p2pdma"], default=None,
+                    help="node profile and gds_route of the fleets (default: the lab's)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     parts = set(args.only or ["1", "2", "3"])
+    if parts & {"1", "2"}:  # the roles by FQCN from this checkout (.lab/collections)
+        subprocess.run(["bash", str(REPO / "scripts" / "install_collection.sh")], cwd=REPO,
+                       env=_env(), check=True, stdout=subprocess.DEVNULL)
     out: dict[str, Any] = {}
     if "3" in parts:
         r = part3_scale()
@@ -191,14 +202,15 @@ def main() -> int:
               f"~{r['write_one_per_txn_s_extrapolated']:.1f}s); ansible-core inventory load "
               f"{r['inventory_load_s']:.2f}s (not part of planning)", flush=True)
     if "1" in parts:
-        r = part1_overhead(args.nodes, args.io_size)
+        r = part1_overhead(args.nodes, args.route)
         out["overhead"] = r
-        print(f"[1] {args.nodes} fresh simulated nodes, batches {SERIAL}: raw ansible-playbook "
+        print(f"[1] {args.nodes} fresh simulated nodes ({args.route or 'lab route'}), batches "
+              f"{SERIAL}: raw ansible-playbook "
               f"{r['raw_ansible_s']:.1f}s, provisioner rollout --no-verify "
               f"{r['rollout_no_verify_s']:.1f}s: ratio {r['ratio']:.3f} (target <= 1.10)",
               flush=True)
     if "2" in parts:
-        r = part2_reconcile(args.nodes, args.io_size)
+        r = part2_reconcile(args.nodes, args.io_size, args.route)
         out["reconcile"] = r
         print(f"[2] first rollout (verify, io {args.io_size}) {r['first_rollout_s']:.1f}s, "
               f"reconcile re-run {r['reconcile_s']:.1f}s: ratio {r['ratio']:.3f} "

@@ -69,7 +69,7 @@ def fresh_fleet(nodes: int, route: str | None) -> Iterator[Path]:
     os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "harness" / "containers.conf"))
     state = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-rollout-"))
     lab = labmod.Lab(state, prefix="gdsfleet-bench-ro", port_base=26400)
-    profiles = dict.fromkeys(range(1, nodes + 1), route) if route else {}
+    profiles = {str(i): route for i in range(1, nodes + 1)} if route else {}
     group_vars = {"gds_route": route} if route else None
     try:
         lab_nodes = lab.up(nodes, profiles)

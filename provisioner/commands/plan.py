@@ -49,8 +49,10 @@ def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
 
     if "://" not in location and not Path(location).expanduser().exists():
         return {}, None
+    from provisioner.rollout.state import latest_states
+
     ledger = Ledger.open(location)
-    return {r["node"]: r for r in ledger.latest()}, ledger
+    return latest_states(ledger), ledger
 
 
 def run(args: argparse.Namespace) -> int:

@@ -219,3 +219,24 @@ def test_kill_9_then_resume(lab: dict[str, Path]) -> None:
               .splitlines()]
     resumed = [e for e in events if e["pid"] == os.getpid()]
     assert resumed and not {e["host"] for e in resumed} & finished
+
+
+def test_plan_reads_the_ledger(lab: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    led = Ledger.open(lab["ledger"])
+    run = led.start_run("verify", "x", {})
+    led.record_verification(run, {"name": "node02", "reachable": True, "compliant": True,
+                                  "route": "nvfs", "checks": []})
+    led.record_verification(run, {"name": "node03", "reachable": True, "compliant": False,
+                                  "route": "nvfs", "checks": []})
+    led.close()
+    assert main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
+                 "--waves", "1,100%", "--json", "-"]) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    actions = {n["name"]: n["action"] for w in doc["waves"] for n in w["nodes"]}
+    assert actions["node02"] == "verify" and actions["node03"] == "provision"
+    assert doc["waves"][0]["nodes"][0]["name"] == "node01"  # a node that changes is the canary
+    assert doc["waves"][-1]["nodes"][-1]["name"] == "node02"
+    assert main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]), "--force",
+                 "--json", "-"]) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert {n["action"] for w in doc["waves"] for n in w["nodes"]} == {"provision"}

@@ -93,8 +93,13 @@ info:
   description: Per device - kernel name, signatures, partitions, holders, mounts, state, reasons.
   type: dict
   returned: always
+raid:
+  description: The md device when several drives are selected - C(path), C(exists), and for an
+    existing array its C(slaves) and probe C(info).
+  type: dict
+  returned: when more than one drive is selected
 recorded:
-  description: Content of I(fact_path) (C({"filesystems": {}}) when absent or unreadable).
+  description: Content of I(fact_path); an empty C(filesystems) mapping when absent or unreadable.
   type: dict
   returned: always
 tools:

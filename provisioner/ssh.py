@@ -40,6 +40,7 @@ import secrets
 import select
 import shlex
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -157,6 +158,10 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         fp = fingerprint(key)
         if self.settings.accept_new_host_keys:
             add_known_host(self.settings.managed_known_hosts, hostname, key)
+            sys.stderr.write(
+                f"{self.node_name}: accepted the new host key of {hostname} ({key.get_name()} "
+                f"{fp}) into {_display_path(self.settings.managed_known_hosts)}\n"
+            )
             return
         fix_file = _display_path(self.target.known_hosts[0]) if self.target.known_hosts else (
             USER_KNOWN_HOSTS

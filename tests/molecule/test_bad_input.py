@@ -198,12 +198,18 @@ def test_bad_nvme_input_fails_in_the_assert_step(
 
 
 def test_check_mode_on_a_blank_drive_changes_nothing(node: Node) -> None:
+    """Also selects the drive by a /dev/disk/by-id glob, as operators do with serials."""
     node.reset_drive()
+    node.sh("mkdir -p /dev/disk/by-id && ln -sfn ../../nvme0n1 "
+            "/dev/disk/by-id/nvme-GDSFLEET_STANDIN_SERIAL0001")
     fstab = node.sha("/etc/fstab")
-    proc = node.play("nvme", {"nvme_devices": [NVME]}, check_mode=True)
+    proc = node.play("nvme", {"nvme_device_patterns": ["nvme-GDSFLEET_STANDIN_*"]},
+                     check_mode=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "failed=0" in recap(proc)
-    assert "gdsfleet_nvme.fact" in proc.stdout  # --diff shows the record it would write
+    # --diff shows the record it would write, with the drive the glob resolved to
+    assert "gdsfleet_nvme.fact" in proc.stdout
+    assert f'"target": "{NVME}"' in proc.stdout
     assert node.signatures(NVME) == []
     assert node.sha("/etc/fstab") == fstab
     assert node.sh("findmnt -n /mnt/gds", check=False).strip() == ""

@@ -1,9 +1,12 @@
 """playbooks/site.yml (run as gdsfleet.gds.site from the built collection) refuses unfit
 nodes in the preflight role, before any change, and says what to fix.
 
-Three simulated nodes (podman connection, one ansible-playbook run over all three, JSON callback):
-an unsupported OS (the node's /etc/os-release rewritten to Ubuntu 20.04), the proprietary GPU
-driver (profile `proprietary`) and no GPU driver at all (profile `nogpu`). Each must fail in
+Six simulated nodes (podman connection, one ansible-playbook run over all, JSON callback): an
+unsupported OS (the node's /etc/os-release rewritten to Ubuntu 20.04), the proprietary GPU
+driver (profile `proprietary`), no GPU driver at all (profile `nogpu`), Secure Boot on with the
+nvfs route's unsigned DKMS modules (profile `iommu`), and the p2pdma route asked of a kernel
+without P2PDMA (profile `nvfs`, gds_route p2pdma), and an IOMMU that is on under
+preflight_iommu_policy fail (profile `iommu`, Secure Boot accepted explicitly). Each must fail in
 gdsfleet.gds.preflight with the message that names the fix, and afterwards no file under /etc,
 /usr, /opt or /var may be newer than a marker touched just before the run, and dpkg must list
 exactly the packages it listed before.
@@ -59,6 +62,20 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("No NVIDIA GPU driver is loaded", "/proc/driver/nvidia/version is missing",
          "install the open kernel module flavour of the NVIDIA driver"),
     ),
+    "secureboot": (
+        "Secure Boot on with unsigned DKMS modules (profile iommu)",
+        ("Secure Boot is enabled", "SecureBoot enabled", "Enrol a MOK key",
+         "preflight_mok_key", "preflight_allow_secure_boot"),
+    ),
+    "iommu": (
+        "IOMMU on with preflight_iommu_policy fail (Secure Boot accepted explicitly)",
+        ("IOMMU is on", "intel_iommu=off or amd_iommu=off", "preflight_iommu_accepted_states"),
+    ),
+    "nop2pdma": (
+        "p2pdma route on a kernel without P2PDMA",
+        ("gds_route is p2pdma", "p2pdma_pgmap_ops is not in /proc/kallsyms",
+         "CONFIG_PCI_P2PDMA", "or use gds_route nvfs"),
+    ),
 }
 
 
@@ -84,6 +101,9 @@ def refused(
         "ubuntu2004": module_sim_node("nvfs"),
         "proprietary": module_sim_node("proprietary"),
         "nogpu": module_sim_node("nogpu"),
+        "secureboot": module_sim_node("iommu"),
+        "nop2pdma": module_sim_node("nvfs"),
+        "iommu": module_sim_node("iommu"),
     }
     nodes["ubuntu2004"].exec(
         "rm -f /etc/os-release && cat > /etc/os-release <<'EOF'\n" + UBUNTU_2004 + "EOF\n"
@@ -96,7 +116,12 @@ def refused(
         node.exec(f"sleep 1; touch {MARKER}")
     tmp = tmp_path_factory.mktemp("refusals")
     inventory = tmp / "hosts.yml"
-    hosts = {node.name: {"ansible_host": node.name} for node in nodes.values()}
+    hosts: dict[str, dict[str, str]] = {
+        node.name: {"ansible_host": node.name} for node in nodes.values()
+    }
+    hosts[nodes["nop2pdma"].name]["gds_route"] = "p2pdma"
+    hosts[nodes["iommu"].name].update(
+        preflight_allow_secure_boot="true", preflight_iommu_policy="fail")
     inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
         "hosts": hosts,
         "vars": {"ansible_connection": "containers.podman.podman",

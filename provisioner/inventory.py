@@ -163,8 +163,11 @@ def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any
         if hostvars.get(var):
             options.extend(parse_ssh_args(name, var, str(hostvars[var])))
     for var, value in hostvars.items():
-        if isinstance(value, str) and var.startswith(("gds_", "cuda_", "mofed_", "nvme_")):
-            if any(c in value for c in "`\n\r") or "$(" in value:
+        if (
+            isinstance(value, str)
+            and var.startswith(("gds_", "cuda_", "mofed_", "nvme_"))
+            and (any(c in value for c in "`\n\r") or "$(" in value)
+        ):
                 raise InventoryError(
                     f"inventory host {name!r}: {var}={value!r} holds shell command "
                     f"substitution or a newline; these variables reach the node's shell"

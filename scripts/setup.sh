@@ -21,9 +21,11 @@ want=$(cat requirements/ci.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "== python: creating .venv from requirements/ci.txt"
   python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -r requirements/ci.txt
-  .venv/bin/pip install -q --no-deps -e .
+  log=$(mktemp)
+  if ! { .venv/bin/pip install -r requirements/ci.txt && .venv/bin/pip install --no-deps -e .; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2; exit 1
+  fi
+  rm -f "$log"
   echo "$want" > "$stamp"
 fi
 

@@ -9,7 +9,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$PWD/.lab/collections"
 bash scripts/install_collection.sh >/dev/null
 
-echo "== ruff"; ruff check provisioner tests bench
+echo "== ruff"; ruff check provisioner plugins tests bench
 echo "== mypy"; mypy
 echo "== ansible-lint (production profile)"; ansible-lint --offline -q roles playbooks
 echo "== pytest"

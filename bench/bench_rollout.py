@@ -46,15 +46,57 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _timed(cmd: list[str], **kw: Any) -> tuple[float, int]:
+LOGS = Path(tempfile.gettempdir()) / "gdsfleet-bench-rollout-logs"
+
+
+def _timed(cmd: list[str], name: str, **kw: Any) -> tuple[float, int]:
+    """Run ``cmd``; its output goes to LOGS/<name>.log (printed when it fails)."""
+    LOGS.mkdir(exist_ok=True)
+    log = LOGS / f"{name}.log"
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True, check=False, **kw)
+    with open(log, "w") as fh:
+        p = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+                           text=True, check=False, **kw)
     dt = time.perf_counter() - t0
-    if p.returncode not in (0,):
-        sys.stderr.write(f"  ({' '.join(cmd[:3])} ... exited {p.returncode}: "
-                         f"{p.stderr.strip().splitlines()[-1:] or ''})\n")
+    if p.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-3:]
+        sys.stderr.write(f"  ({name}: exited {p.returncode}; {log}: {' | '.join(tail)})\n")
     return dt, p.returncode
+
+
+@contextmanager
+def private_repo() -> Iterator[dict[str, str]]:
+    """Serve the stand-in repository (.lab/standin-repo) on a free loopback port of our own, so
+    nobody else's harness stopping the shared server on 8470 can disturb a measurement; yields
+    the role variables that point the collection at it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                             "--directory", str(REPO / ".lab" / "standin-repo"), str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield {
+            "cuda_repo_base_url": f"{base}/cuda/repos",
+            "mofed_doca_repo_base_url": f"{base}/doca",
+            "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/"
+                                       "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz",
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @contextmanager
@@ -62,7 +104,7 @@ def fresh_fleet(nodes: int, route: str | None) -> Iterator[Path]:
     """A fresh simulated fleet of its own (never the operator's lab); yields its inventory.
 
     Built with the harness's Lab (tests/harness/lab.py) under a private name prefix, state
-    directory and port range, and torn down afterwards.
+    directory and port range, with a private repository server, and torn down afterwards.
     """
     from tests.harness import lab as labmod
 
@@ -70,10 +112,13 @@ def fresh_fleet(nodes: int, route: str | None) -> Iterator[Path]:
     state = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-rollout-"))
     lab = labmod.Lab(state, prefix="gdsfleet-bench-ro", port_base=26400)
     profiles = {str(i): route for i in range(1, nodes + 1)} if route else {}
-    group_vars = {"gds_route": route} if route else None
     try:
-        lab_nodes = lab.up(nodes, profiles)
-        yield lab.inventory(state / "inventory" / "hosts.yml", lab_nodes, group_vars)
+        lab_nodes = lab.up(nodes, profiles)  # also builds the stand-in repository (cached)
+        with private_repo() as urls:
+            group_vars: dict[str, Any] = dict(urls)
+            if route:
+                group_vars["gds_route"] = route
+            yield lab.inventory(state / "inventory" / "hosts.yml", lab_nodes, group_vars)
     finally:
         lab.down(stop_repo_server=False)
 
@@ -97,12 +142,12 @@ def part1_overhead(nodes: int, route: str | None) -> dict[str, float]:
         pb = serial_playbook(Path(tmp))
         with fresh_fleet(nodes, route) as inv:
             raw, rc_raw = _timed([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i",
-                                  str(inv), str(pb), "-f", "10"])
+                                  str(inv), str(pb), "-f", "10"], "raw-ansible-playbook")
         with fresh_fleet(nodes, route) as inv:
             ledger = Path(tmp) / "ledger.sqlite"
             roll, rc_roll = _timed([prov, "rollout", "-i", str(inv), "--ledger", str(ledger),
                                     "--waves", WAVES, "--no-verify", "--plain",
-                                    "--max-parallel", "10"])
+                                    "--max-parallel", "10"], "rollout-no-verify")
     return {"raw_ansible_s": raw, "rollout_no_verify_s": roll, "ratio": roll / raw,
             "rc_raw": rc_raw, "rc_rollout": rc_roll}
 
@@ -113,8 +158,8 @@ def part2_reconcile(nodes: int, io_size: str, route: str | None) -> dict[str, fl
         ledger = Path(tmp) / "ledger.sqlite"
         args = [prov, "rollout", "-i", str(inv), "--ledger", str(ledger), "--waves", WAVES,
                 "--plain", "--max-parallel", "10", "--io-size", io_size]
-        first, rc1 = _timed(args)
-        again, rc2 = _timed(args)
+        first, rc1 = _timed(args, "rollout-first")
+        again, rc2 = _timed(args, "rollout-reconcile")
     return {"first_rollout_s": first, "reconcile_s": again, "ratio": again / first,
             "rc_first": rc1, "rc_reconcile": rc2}
 

@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,40 @@ IO = "16M"
 HEALTHY = {"gds_route": "p2pdma"}
 
 pytestmark = pytest.mark.fleet
+
+
+@pytest.fixture(scope="module")
+def repo_vars(standin_repo: Any) -> Any:
+    """The stand-in repository (built by the harness) served on a private loopback port for
+    this module: a concurrent session stopping the shared server cannot break a rollout."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(VENV_BIN / "python"), "-m", "http.server", "--bind",
+                             "127.0.0.1", "--directory", str(ROOT / ".lab" / "standin-repo"),
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def answers() -> bool:
+            try:
+                url = f"{base}/cuda/repos/debian12/x86_64/Packages"  # http on loopback only
+                with urllib.request.urlopen(url, timeout=2):  # noqa: S310
+                    return True
+            except OSError:
+                return False
+
+        _wait(answers, 20, "the private repo")
+        yield {
+            "cuda_repo_base_url": f"{base}/cuda/repos",
+            "mofed_doca_repo_base_url": f"{base}/doca",
+            "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/"
+                                       "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz",
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +165,9 @@ def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 
 # ============================================================================ 8 nodes
 @pytest.fixture(scope="module")
-def big(lab_fleet: Any, collections: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    fleet = lab_fleet(8, dict.fromkeys(range(1, 9), "p2pdma"), group_vars=HEALTHY)
+def big(lab_fleet: Any, collections: Path, repo_vars: dict[str, str],
+        tmp_path_factory: pytest.TempPathFactory) -> Any:
+    fleet = lab_fleet(8, dict.fromkeys(range(1, 9), "p2pdma"), group_vars=HEALTHY | repo_vars)
     ctl = Ctl(fleet.inventory, tmp_path_factory.mktemp("big"), collections)
     ctl.fleet = fleet  # type: ignore[attr-defined]
     ctl.timings = {}  # type: ignore[attr-defined]
@@ -317,9 +353,9 @@ def test_unreachable_node(big: Ctl) -> None:
 
 # ============================================================================ 2 nodes
 @pytest.fixture
-def pair(lab_fleet: Any, collections: Path, tmp_path: Path) -> Ctl:
+def pair(lab_fleet: Any, collections: Path, repo_vars: dict[str, str], tmp_path: Path) -> Ctl:
     # node 1 has no GPU: preflight refuses it (a fast, real failure for the canary)
-    fleet = lab_fleet(2, {1: "nogpu", 2: "p2pdma"}, group_vars=HEALTHY)
+    fleet = lab_fleet(2, {1: "nogpu", 2: "p2pdma"}, group_vars=HEALTHY | repo_vars)
     ctl = Ctl(fleet.inventory, tmp_path, collections)
     ctl.fleet = fleet  # type: ignore[attr-defined]
     return ctl
@@ -359,11 +395,11 @@ def test_two_rollouts_at_once(pair: Ctl) -> None:
 
 # ============================================================================ 4 nodes
 def test_wave_over_budget_after_package_install_failures(
-    lab_fleet: Any, collections: Path, tmp_path: Path
+    lab_fleet: Any, collections: Path, repo_vars: dict[str, str], tmp_path: Path
 ) -> None:
     dkms_fail = {"profile": "nvfs", "env": {"SIM_DKMS_BUILD": "fail"}}
     fleet = lab_fleet(4, {1: "p2pdma", 2: dkms_fail, 3: dkms_fail, 4: "p2pdma"},
-                      group_vars=HEALTHY)
+                      group_vars=HEALTHY | repo_vars)
     inv = yaml.safe_load(fleet.inventory.read_text())
     hosts = inv["all"]["children"]["gpu_nodes"]["hosts"]
     for name in fleet.names[1:3]:  # the nvfs route's nvidia-fs-dkms for the two DKMS nodes

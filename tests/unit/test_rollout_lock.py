@@ -95,3 +95,44 @@ def test_advisory_key_is_stable_and_signed_64bit() -> None:
     k = advisory_key("/inv/lab")
     assert k == advisory_key("/inv/lab") != advisory_key("/inv/other")
     assert -(2**63) <= k < 2**63
+
+
+# PostgreSQL ledger: pg_try_advisory_lock keyed on the fleet (a throw-away cluster, see
+# tests/unit/test_store.py; skipped when the server binaries are missing).
+from tests.unit.test_store import pg_url  # noqa: E402,F401  (the module-scoped fixture)
+
+
+def test_pg_advisory_lock_contention(pg_url: str) -> None:  # noqa: F811
+    first = fleet_lock(pg_url, "/inv/fleet-a")
+    assert isinstance(first, PgAdvisoryLock)
+    with first:
+        with pytest.raises(LockHeld) as exc:
+            fleet_lock(pg_url, "/inv/fleet-a").acquire()
+        assert f"pid={os.getpid()}" in str(exc.value) and "gdsfleet-rollout" in str(exc.value)
+        with fleet_lock(pg_url, "/inv/fleet-b"):  # another fleet: its own lock
+            pass
+    with fleet_lock(pg_url, "/inv/fleet-a"):  # released with its connection
+        pass
+
+
+def test_pg_lock_of_a_killed_holder_is_released(pg_url: str) -> None:  # noqa: F811
+    code = ("import sys, time; from provisioner.rollout.lock import PgAdvisoryLock; "
+            "PgAdvisoryLock(sys.argv[1], 'fleet-k').acquire(); print('held', flush=True); "
+            "time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, pg_url], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        with pytest.raises(LockHeld, match=f"pid={p.pid}"):
+            PgAdvisoryLock(pg_url, "fleet-k").acquire()
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 10
+    while True:  # the server ends the dead client's session, and its advisory locks
+        try:
+            PgAdvisoryLock(pg_url, "fleet-k").acquire().release()
+            break
+        except LockHeld:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)

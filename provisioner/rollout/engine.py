@@ -596,6 +596,14 @@ class Engine:
             summary.stopped = (
                 f"the canary failed; nothing else was touched: {'; '.join(failing)}"
             )
+        elif wave.canary and summary.reboot_pending:
+            # the canary must prove compliance before anything else changes
+            summary.passed = False
+            summary.stopped = (
+                "the canary waits for a reboot, so it cannot prove compliance; nothing else was "
+                "touched: pass --allow-reboot to let the rollout reboot it (or reboot it "
+                "yourself and run the same command again)"
+            )
         elif summary.failures > allowed:
             summary.passed = False
             summary.stopped = (

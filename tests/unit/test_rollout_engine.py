@@ -239,12 +239,22 @@ def test_health_threshold_tolerates(ledger: Ledger) -> None:
 
 
 def test_reboot_pending_without_allow_reboot(ledger: Ledger) -> None:
-    f = FakeFleet(needs_reboot={"n1", "n2"})
+    f = FakeFleet(needs_reboot={"n2", "n3"})
     res = engine(ledger, f).run()
     st = steps(ledger, res.run_id)
-    assert st["n1"] == st["n2"] == "reboot_pending"
+    assert st["n2"] == st["n3"] == "reboot_pending"  # not compliant, not a budget failure
+    assert st["n8"] == "compliant"
     assert f.reboot_calls == []
     assert res.exit_code is Exit.NOT_COMPLIANT
+    assert res.waves[1].reboot_pending == 2 and res.waves[1].passed
+
+
+def test_a_canary_waiting_for_a_reboot_stops_the_rollout(ledger: Ledger) -> None:
+    f = FakeFleet(needs_reboot={"n1"})
+    res = engine(ledger, f).run()
+    assert res.exit_code is Exit.ABORTED and "--allow-reboot" in res.message
+    assert f.provision_calls == [["n1"]]
+    assert steps(ledger, res.run_id)["n1"] == "reboot_pending"
 
 
 def test_reboot_with_allow_reboot(ledger: Ledger) -> None:

@@ -37,13 +37,23 @@ bash scripts/install_collection.sh
 say "bring up the simulated lab fleet ($nodes nodes: containers gdsfleet-lab-NN, sshd on 127.0.0.1:22NN)"
 python -m tests.harness.lab up --nodes "$nodes"
 
+say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-headers)"
+# A real Debian node gets dkms and linux-headers-$(uname -r) from its distribution archive;
+# the simulated nodes have none, and the stand-in repository carries both in its CUDA folder,
+# which the roles configure only after DOCA needs them. molecule/gds_nvfs/prepare.yml installs
+# the two stand-in packages directly (test harness only; the rollout itself is unchanged).
+ansible-playbook -i inventories/lab molecule/gds_nvfs/prepare.yml >/dev/null
+
 ledger="$root/.lab/ledger.sqlite"
 say "plan (changes nothing)"
 provisioner plan -i inventories/lab --ledger "$ledger"
 
 say "rollout to the simulated fleet (ledger $ledger)"
 set +e
+# --allow-reboot: DOCA's patched NVMe driver needs a reboot; the simulated nodes "reboot"
+# (ansible.builtin.reboot works against them: the harness restarts their init and boot_id).
 provisioner rollout -i inventories/lab --ledger "$ledger" --io-size "${LAB_IO_SIZE:-64M}" \
+  --allow-reboot \
   --json "$root/.lab/rollout-report.json" --junit "$root/.lab/rollout-report.xml" "$@"
 rc=$?
 set -e

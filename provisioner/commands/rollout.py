@@ -243,7 +243,16 @@ def run(args: argparse.Namespace) -> int:
             events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
             recorded = {k: v for k, v in vars(args).items()
                         if not k.startswith("_") and not callable(v)}
-            recorded["argv"] = sys.argv[1:]
+            # secrets never reach the ledger: extra vars with secret-looking names are redacted
+            from provisioner.rollout.runner import redact
+
+            shown = redact(checked["extravars"])
+            recorded["extra_var"] = [f"{k}={v}" for k, v in shown.items()]
+            recorded["argv"] = [
+                a if not any(a.startswith(f"{k}=") for k in shown if shown[k] == "<redacted>")
+                else a.split("=", 1)[0] + "=<redacted>"
+                for a in sys.argv[1:]
+            ]
             options = RolloutOptions(
                 waves=args.waves,
                 max_parallel=args.max_parallel,

@@ -240,3 +240,12 @@ def test_plan_reads_the_ledger(lab: dict[str, Path], capsys: pytest.CaptureFixtu
                  "--json", "-"]) == Exit.OK
     doc = json.loads(capsys.readouterr().out)
     assert {n["action"] for w in doc["waves"] for n in w["nodes"]} == {"provision"}
+
+
+def test_secret_extra_vars_never_reach_the_ledger(lab: dict[str, Path]) -> None:
+    assert main(_args(lab, "--waves", "100%", "-e", "vault_password=hunter2")) == Exit.OK
+    led = Ledger.open(lab["ledger"])
+    run = led.runs(kind="rollout")[0]
+    led.close()
+    assert "hunter2" not in json.dumps(run["args"])
+    assert "vault_password=<redacted>" in run["args"]["extra_var"]

@@ -28,7 +28,7 @@ def add_selection_arguments(p: argparse.ArgumentParser) -> None:
                      help="Ansible host pattern selecting nodes of the inventory")
     sel.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
                      help="wave sizes, counts or percentages of the selected nodes; the first "
-                          f"is the canary, the last takes the rest (default {DEFAULT_WAVES})")
+                          "is the canary, the last takes the rest (default %(default)s)")
     sel.add_argument("--force", action="store_true",
                      help="re-provision nodes the ledger says are compliant")
     sel.add_argument("--ledger", metavar="PATH|URL",

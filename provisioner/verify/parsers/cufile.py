@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,7 +89,10 @@ LEGACY_CACHE_KEYS = (
 
 
 def strip_comments(text: str) -> str:
-    """Remove // and /* */ comments outside strings, and trailing commas before } or ]."""
+    """Remove // and /* */ comments outside strings, and trailing commas before } or ].
+
+    One pass: a closing } or ] outside a string drops the comma that precedes it (across
+    whitespace and removed comments), so strings are scanned once."""
     out: list[str] = []
     i = 0
     n = len(text)
@@ -123,35 +125,12 @@ def strip_comments(text: str) -> str:
             out.append("\n" * chunk.count("\n"))
             i = n if j < 0 else j + 2
             continue
-        out.append(c)
-        i += 1
-    return _strip_trailing_commas("".join(out))
-
-
-def _strip_trailing_commas(text: str) -> str:
-    out: list[str] = []
-    in_string = False
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if in_string:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if c == '"':
-                in_string = False
-            i += 1
-            continue
-        if c == '"':
-            in_string = True
-        elif c == ",":
-            m = re.match(r",\s*[}\]]", text[i:])
-            if m:
-                i += 1
-                continue
+        if c in "}]":
+            k = len(out) - 1
+            while k >= 0 and (not out[k] or out[k].isspace()):
+                k -= 1
+            if k >= 0 and out[k] == ",":
+                del out[k]
         out.append(c)
         i += 1
     return "".join(out)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The lent GPU machine as a REAL node for the collection and the orchestrator: runs the
+# preflight playbook (both routes), `site.yml --check` (both routes) and `provisioner verify
+# --local` against the machine itself, with ansible_connection=local. Read-only: preflight
+# only probes, a check run changes nothing, verify writes one test file and removes it.
+#
+# Needs, in git-ignored folders carried to the machine (docs/evidence/README.md):
+#   .whl/         ansible-core, resolvelib, cryptography, cffi, pycparser, SQLAlchemy, greenlet,
+#                 kvikio-cu13, libkvikio-cu13, rapids-logger (cp312 manylinux wheels)
+#   .devcarry/collections/ansible_collections/{ansible/posix,community/general}
+#                 copies of the collections from the `ansible` pip package
+# Writes every output under $OUT (default /tmp/gdsfleet-node-evidence) and $OUT/node.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gdsfleet-node-evidence}
+ev=$OUT/node
+mkdir -p "$ev"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+export ANSIBLE_COLLECTIONS_PATH=$PWD/.devcarry/collections ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
+export ANSIBLE_LOCAL_TEMP=/tmp/gdsfleet-ansible-tmp ANSIBLE_STDOUT_CALLBACK=default
+
+ansible-galaxy collection build --force --output-path /tmp/gdsfleet-build . >/dev/null &&
+  ansible-galaxy collection install --force --offline --no-deps -p .devcarry/collections \
+    /tmp/gdsfleet-build/gdsfleet-gds-*.tar.gz >/dev/null || { echo "collection install failed"; exit 1; }
+
+inv=/tmp/gdsfleet-local-inventory.yml
+cat > "$inv" <<EOF
+all:
+  children:
+    gpu_nodes:
+      hosts:
+        $(hostname -s 2>/dev/null || echo gpu-node):
+          ansible_connection: local
+          ansible_python_interpreter: $(command -v python3)
+EOF
+cp "$inv" "$ev/inventory.yml"
+
+play() {  # name args...: one ansible-playbook run, output and exit code kept
+  local name=$1; shift
+  echo "## ansible-playbook $*" > "$ev/$name.txt"
+  ansible-playbook -i "$inv" "$@" >> "$ev/$name.txt" 2>&1
+  echo "[exit $?]" >> "$ev/$name.txt"
+  echo "== $name: $(tail -n 1 "$ev/$name.txt")"
+}
+{ date -u; uname -r; grep PRETTY /etc/os-release; ansible-playbook --version | head -n 1; } > "$ev/machine.txt" 2>&1
+play preflight-nvfs playbooks/preflight.yml -e gds_route=nvfs
+play preflight-p2pdma playbooks/preflight.yml -e gds_route=p2pdma
+play site-check-nvfs playbooks/site.yml --check --diff -e gds_route=nvfs
+play site-check-p2pdma playbooks/site.yml --check --diff -e gds_route=p2pdma
+
+iodir=/var/tmp/gdsfleet-io
+mkdir -p "$iodir"
+echo "## provisioner verify --local --io-size 64M --io-path $iodir --details" > "$ev/verify-local.txt"
+python3 -m provisioner.cli verify --local --io-size 64M --io-path "$iodir" --details \
+  --json "$ev/verify-local.json" --ledger /tmp/gdsfleet-ledger.sqlite >> "$ev/verify-local.txt" 2>&1
+echo "[exit $?]" >> "$ev/verify-local.txt"
+echo "== verify-local: $(tail -n 1 "$ev/verify-local.txt")"
+rm -rf "$iodir"
+tar -C "$OUT" -czf "$OUT/node.tgz" node
+for f in "$ev"/*.txt; do echo "=== ${f##*/}"; grep -E "FAILED|fatal|msg|\[exit|refuse|PLAY RECAP|ok=" "$f" | cut -c1-400 | tail -n 12; done

@@ -265,10 +265,8 @@ def test_git_holds_one_copy_of_the_schema() -> None:
         pytest.skip("not a git checkout")
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.splitlines()
-    assert [p for p in listed if p.endswith("cufile_schema.json")] == [
-        "plugins/module_utils/cufile_schema.json"]
-    assert [p for p in listed if p.endswith("cufile_schema.py")] == [
-        "plugins/module_utils/cufile_schema.py"]
+    for name in ("cufile_schema.json", "cufile_schema.py"):
+        assert [p for p in listed if Path(p).name == name] == [f"plugins/module_utils/{name}"]
 
 
 def test_collection_build_ships_the_schema_and_not_the_provisioner() -> None:

@@ -14,16 +14,21 @@ checks import directly from the checkout (no Ansible needed):
   with the route keys (``properties.use_pci_p2pdma``, ``block.nvme.use_pci_p2pdma``) set from
   ``route``.
 
-The keys and defaults follow NVIDIA's GDS configuration guide (cufile.json "JSON schema") and
-the collection's docs/gds-reference.md section 6. Every size key ends in ``_kb``.
+The keys, their types, NVIDIA's defaults and the "did you mean" aliases are data: the one
+schema ``plugins/module_utils/cufile_schema.json``, read through
+``plugins/module_utils/cufile_schema.py``, which ``provisioner verify`` reads too (its wheel
+carries a build-time copy). This file adds what only the role needs: cross-field rules, the
+route keys, the legacy ``blacklist`` alias and rendering. Every size key ends in ``_kb``.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
-import ipaddress
+import importlib.util
+import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = [
@@ -42,364 +47,40 @@ __all__ = [
 ROUTES = ("nvfs", "p2pdma")
 
 
-# --- value types ---------------------------------------------------------------------------
+def _load_schema_module() -> ModuleType:
+    """plugins/module_utils/cufile_schema.py, by path: it works the same in an installed
+    collection, in this checkout (unit tests, testinfra) and whatever Ansible names this file."""
+    path = Path(__file__).resolve().parent.parent / "module_utils" / "cufile_schema.py"
+    name = "gdsfleet_gds_module_utils_cufile_schema"
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - broken install
+        raise ImportError(f"cannot load the cufile.json schema from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-class _Type:
-    """A leaf value's type; ``check`` returns None when fine, else what was expected."""
+_schema_module = _load_schema_module()
+# The one schema (plugins/module_utils/cufile_schema.json), shared with provisioner verify.
+SCHEMA: Any = _schema_module.load()
 
-    expected = "a value"
+_LEGACY_CACHE_KEYS = tuple(k.split(".", 1)[1] for k in SCHEMA.legacy_cache_keys())
 
-    def check(self, value: Any) -> str | None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-
-class _Bool(_Type):
-    expected = "a boolean (true or false, unquoted)"
-
-    def check(self, value: Any) -> str | None:
-        return None if isinstance(value, bool) else self.expected
-
-
-class _Int(_Type):
-    def __init__(self, minimum: int = 0, maximum: int | None = None) -> None:
-        self.minimum = minimum
-        self.maximum = maximum
-        if maximum is None:
-            self.expected = f"an integer >= {minimum}"
-        else:
-            self.expected = f"an integer from {minimum} to {maximum}"
-
-    def check(self, value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return self.expected
-        if value < self.minimum or (self.maximum is not None and value > self.maximum):
-            return self.expected
-        return None
-
-
-class _Str(_Type):
-    expected = "a string"
-
-    def check(self, value: Any) -> str | None:
-        return None if isinstance(value, str) else self.expected
-
-
-class _Enum(_Type):
-    def __init__(self, *choices: str) -> None:
-        self.choices = choices
-        self.expected = "one of " + ", ".join(choices)
-
-    def check(self, value: Any) -> str | None:
-        return None if isinstance(value, str) and value in self.choices else self.expected
-
-
-class _List(_Type):
-    def __init__(self, item: _Type, what: str) -> None:
-        self.item = item
-        self.expected = f"a list of {what}"
-
-    def check(self, value: Any) -> str | None:
-        if not isinstance(value, list):
-            return self.expected
-        for item in value:
-            if self.item.check(item) is not None:
-                return f"{self.expected} ({item!r} is not)"
-        return None
-
-
-class _IPv4(_Type):
-    expected = "an IPv4 address"
-
-    def check(self, value: Any) -> str | None:
-        if not isinstance(value, str):
-            return self.expected
-        try:
-            ipaddress.IPv4Address(value)
-        except ValueError:
-            return self.expected
-        return None
-
-
-class _FreeDict(_Type):
-    """A mapping whose content cuFile defines per site (``mount_table``)."""
-
-    expected = "a mapping"
-
-    def check(self, value: Any) -> str | None:
-        return None if isinstance(value, Mapping) else self.expected
-
-
-BOOL = _Bool()
-SIZE = _Int(0)
-COUNT = _Int(1)
-STR = _Str()
-LIST_INT = _List(_Int(1), "positive integers")
-LIST_STR = _List(_Str(), "strings")
-LIST_IPV4 = _List(_IPv4(), "IPv4 addresses")
-
-_NAS = {"rdma_dev_addr_list": LIST_IPV4, "mount_table": _FreeDict()}
-
-# Section -> key -> type (a dict means a nested section).
-SCHEMA: dict[str, Any] = {
-    "logging": {
-        "dir": STR,
-        "level": _Enum("NOTICE", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"),
-        "max_file_size_mb": _Int(-1),
-    },
-    "profile": {"nvtx": BOOL, "cufile_stats": _Int(0, 3)},
-    "execution": {
-        "max_io_queue_depth": COUNT,
-        "max_io_threads": SIZE,
-        "parallel_io": BOOL,
-        "min_io_threshold_size_kb": SIZE,
-        "max_request_parallelism": SIZE,
-    },
-    "properties": {
-        "max_direct_io_size_kb": COUNT,
-        "max_device_cache_size_kb": SIZE,
-        "per_buffer_cache_size_kb": COUNT,
-        "max_device_pinned_mem_size_kb": SIZE,
-        "gpu_bounce_buffer_slab_config": {"slab_size_kb": LIST_INT, "slab_count": LIST_INT},
-        "posix_pool_slab_size_kb": LIST_INT,
-        "posix_pool_slab_count": LIST_INT,
-        "use_poll_mode": BOOL,
-        "poll_mode_max_size_kb": SIZE,
-        "use_pci_p2pdma": BOOL,
-        "allow_compat_mode": BOOL,
-        "force_compat_mode": BOOL,
-        "gds_rdma_write_support": BOOL,
-        "io_batchsize": COUNT,
-        "io_priority": _Enum("default", "low", "med", "high"),
-        "rdma_dev_addr_list": LIST_IPV4,
-        "rdma_load_balancing_policy": STR,
-        "rdma_dc_key": STR,
-        "rdma_access_mask": STR,
-        "rdma_dynamic_routing": BOOL,
-        "rdma_dynamic_routing_order": _List(
-            _Enum("GPU_MEM_NVLINKS", "GPU_MEM", "SYS_MEM", "P2P"),
-            "routing policies (GPU_MEM_NVLINKS, GPU_MEM, SYS_MEM, P2P)",
-        ),
-    },
-    "fs": {
-        "generic": {"posix_unaligned_writes": BOOL},
-        "lustre": {"posix_gds_min_kb": SIZE, **_NAS},
-        "beegfs": {"posix_gds_min_kb": SIZE, **_NAS},
-        "nfs": {"use_pci_p2pdma": BOOL, **_NAS},
-        "gpfs": {"gds_write_support": BOOL, "gds_async_support": BOOL, **_NAS},
-        "weka": {"rdma_write_support": BOOL},
-    },
-    "block": {
-        "nvme": {"use_pci_p2pdma": BOOL},
-        "nvmeof": {"use_pci_p2pdma": BOOL},
-        "raid": {"use_pci_p2pdma": BOOL},
-    },
-    "denylist": {
-        "drivers": LIST_STR,
-        "devices": LIST_STR,
-        "mounts": LIST_STR,
-        "filesystems": LIST_STR,
-    },
-    "miscellaneous": {
-        "api_check_aggressive": BOOL,
-        "enable_static_routing": BOOL,
-        "static_routing_filepath": STR,
-    },
-}
-
-# Names seen in blog posts, C structs and kvikio, mapped to the cufile.json key meant.
-_MISNAMED = {
-    "max_pinned_memory_size": "properties.max_device_pinned_mem_size_kb",
-    "max_pinned_memory_size_kb": "properties.max_device_pinned_mem_size_kb",
-    "max_device_pinned_mem_size": "properties.max_device_pinned_mem_size_kb",
-    "max_pinned_mem_size_kb": "properties.max_device_pinned_mem_size_kb",
-    "max_device_cache_size": "properties.max_device_cache_size_kb",
-    "max_batch_io_size": "properties.io_batchsize",
-    "batch_io_size": "properties.io_batchsize",
-    "max_direct_io_size": "properties.max_direct_io_size_kb",
-    "per_buffer_cache_size": "properties.per_buffer_cache_size_kb",
-    "poll_mode_max_size": "properties.poll_mode_max_size_kb",
-    "compat_mode": "properties.allow_compat_mode",
-    "use_p2pdma": "properties.use_pci_p2pdma (and block.nvme.use_pci_p2pdma)",
-    "p2pdma": "properties.use_pci_p2pdma (and block.nvme.use_pci_p2pdma)",
-    "allowlist": "denylist (cuFile has no allowlist; list what to exclude under denylist)",
-    "whitelist": "denylist (cuFile has no allowlist; list what to exclude under denylist)",
-}
-
-_LEGACY_CACHE_KEYS = (
-    "max_direct_io_size_kb",
-    "max_device_cache_size_kb",
-    "per_buffer_cache_size_kb",
-)
-
-# NVIDIA's defaults (GDS configuration guide, docs/gds-reference.md section 6). The legacy
-# uniform bounce-buffer keys are used rather than gpu_bounce_buffer_slab_config, because every
-# libcufile release understands them; an operator who sets gpu_bounce_buffer_slab_config gets
-# the legacy keys removed from the rendered file.
-CUFILE_DEFAULTS: dict[str, Any] = {
-    "logging": {"level": "ERROR"},
-    "profile": {"nvtx": False, "cufile_stats": 0},
-    "execution": {
-        "max_io_queue_depth": 128,
-        "max_io_threads": 4,
-        "parallel_io": True,
-        "min_io_threshold_size_kb": 8192,
-        "max_request_parallelism": 4,
-    },
-    "properties": {
-        "max_direct_io_size_kb": 16384,
-        "max_device_cache_size_kb": 131072,
-        "per_buffer_cache_size_kb": 1024,
-        "max_device_pinned_mem_size_kb": 33554432,
-        "posix_pool_slab_size_kb": [4, 1024, 16384],
-        "posix_pool_slab_count": [128, 64, 64],
-        "use_poll_mode": False,
-        "poll_mode_max_size_kb": 4,
-        "use_pci_p2pdma": False,
-        "allow_compat_mode": True,
-        "force_compat_mode": False,
-        "gds_rdma_write_support": True,
-        "io_batchsize": 128,
-        "io_priority": "default",
-        "rdma_dev_addr_list": [],
-        "rdma_load_balancing_policy": "RoundRobin",
-        "rdma_dynamic_routing": False,
-        "rdma_dynamic_routing_order": ["GPU_MEM_NVLINKS", "GPU_MEM", "SYS_MEM", "P2P"],
-    },
-    "fs": {
-        "generic": {"posix_unaligned_writes": False},
-        "lustre": {"posix_gds_min_kb": 0},
-        "beegfs": {"posix_gds_min_kb": 0},
-        "gpfs": {"gds_write_support": False, "gds_async_support": True},
-        "weka": {"rdma_write_support": False},
-    },
-    "block": {
-        "nvme": {"use_pci_p2pdma": False},
-        "nvmeof": {"use_pci_p2pdma": False},
-        "raid": {"use_pci_p2pdma": False},
-    },
-    "denylist": {"drivers": [], "devices": [], "mounts": [], "filesystems": []},
-    "miscellaneous": {"api_check_aggressive": False},
-}
+# NVIDIA's defaults for the keys the role renders ("render": true in the schema). The legacy
+# uniform bounce-buffer keys are rendered rather than gpu_bounce_buffer_slab_config, because
+# every libcufile release understands them; an operator who sets gpu_bounce_buffer_slab_config
+# gets the legacy keys removed from the rendered file.
+CUFILE_DEFAULTS: dict[str, Any] = SCHEMA.defaults(rendered_only=True)
 
 
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _all_paths(schema: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Every dotted key path in the schema -> its type (sections included as dicts)."""
-    out: dict[str, Any] = {}
-    for key, sub in schema.items():
-        path = f"{prefix}{key}"
-        out[path] = sub
-        if isinstance(sub, dict):
-            out.update(_all_paths(sub, path + "."))
-    return out
-
-
-_PATHS = _all_paths(SCHEMA)
-_LEAF_NAMES: dict[str, list[str]] = {}
-for _path in _PATHS:
-    _LEAF_NAMES.setdefault(_path.rsplit(".", 1)[-1], []).append(_path)
-
-
-def _suggest(section: str, key: str) -> str:
-    """The key the operator most likely meant, as a phrase ('' when nothing is close)."""
-    if key in _MISNAMED:
-        target = _MISNAMED[key]
-        units = " (size keys end in _kb; the value is in KiB)" if target.endswith("_kb") else ""
-        return f"did you mean {target}?{units}"
-    prefix = f"{section}." if section else ""
-    if key == "blacklist" and section:
-        return "blacklist/denylist is a top-level section"
-    # Right name, wrong place (e.g. allow_compat_mode at the top level).
-    if key in _LEAF_NAMES:
-        places = [p for p in _LEAF_NAMES[key] if not p.startswith(prefix) or not prefix]
-        if places:
-            return f"{key} belongs under {' or '.join(sorted(places))}"
-    # Size keys end in _kb.
-    if f"{prefix}{key}_kb" in _PATHS:
-        return f"did you mean {prefix}{key}_kb? (every size key ends in _kb; the value is in KiB)"
-    for path in _PATHS:
-        if path.endswith(f".{key}_kb"):
-            return f"did you mean {path}? (every size key ends in _kb; the value is in KiB)"
-    siblings = [p[len(prefix):] for p in _PATHS if p.startswith(prefix)]
-    siblings = [s for s in siblings if "." not in s]
-    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {prefix}{close[0]}?"
-    leaves = difflib.get_close_matches(key, list(_LEAF_NAMES), n=1, cutoff=0.7)
-    if leaves:
-        return f"did you mean {' or '.join(_LEAF_NAMES[leaves[0]])}?"
-    if siblings:
-        return f"known keys here: {', '.join(sorted(siblings))}"
-    return ""
-
-
-def _typename(value: Any) -> str:
-    """A plain type name (Ansible hands over tagged subclasses of str, dict, ...)."""
-    for kind, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"),
-                       (Mapping, "dict"), (list, "list")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-def _plain(value: Any) -> Any:
-    """The value as plain Python (for messages: no tagged-type reprs)."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _walk(
-    config: Mapping[str, Any],
-    schema: Mapping[str, Any],
-    prefix: str,
-    extra: frozenset[str],
-    errors: list[str],
-) -> None:
-    for key, value in config.items():
-        if not isinstance(key, str):
-            errors.append(f"{prefix}{key!r}: keys must be strings")
-            continue
-        path = f"{prefix}{key}"
-        if path in extra:
-            continue
-        if key not in schema:
-            hint = _suggest(prefix[:-1], key)
-            errors.append(f"{path}: unknown cufile.json key" + (f"; {hint}" if hint else ""))
-            continue
-        expected = schema[key]
-        if isinstance(expected, dict):
-            if not isinstance(value, Mapping):
-                errors.append(
-                    f"{path}: expected a mapping (section with keys "
-                    f"{', '.join(sorted(expected))}), got {_typename(value)} {_plain(value)!r}"
-                )
-                continue
-            _walk(value, expected, path + ".", extra, errors)
-            continue
-        problem = expected.check(value)
-        if problem is not None:
-            hint = ""
-            if isinstance(expected, _Bool) and isinstance(value, str):
-                hint = " (a quoted string is not a boolean)"
-            elif isinstance(expected, _Int) and isinstance(value, str) and value.isdigit():
-                hint = f" (write {value} without quotes)"
-            errors.append(
-                f"{path}: expected {problem}, got {_typename(value)} {_plain(value)!r}{hint}"
-            )
+_typename = _schema_module.typename
 
 
 def _get(config: Mapping[str, Any], path: str) -> Any:
@@ -526,7 +207,7 @@ def cufile_validate(
         )
     data = normalize(config)
     data.pop("blacklist", None)
-    _walk(data, SCHEMA, "", frozenset(extra_keys), errors)
+    errors.extend(f.message for f in SCHEMA.check(data, extra_keys))
     slab = _get(data, "properties.gpu_bounce_buffer_slab_config")
     if isinstance(slab, Mapping):
         legacy = [k for k in _LEGACY_CACHE_KEYS if _has(data, f"properties.{k}")]

@@ -314,6 +314,10 @@ class _Checks:
                               for k in cf["unknown_keys"])
             self.add("cufile.json.valid", WARN, "only known keys", f"unknown: {items}",
                      "cuFile ignores unknown keys: rename or remove them.")
+        elif cf.get("type_errors"):
+            self.add("cufile.json.valid", WARN, "values of the documented types",
+                     "; ".join(cf["type_errors"]),
+                     "Fix these values (the gdsfleet.gds.cufile role validates them the same way).")
         else:
             self.add("cufile.json.valid", PASS, f"{path} present and valid", "valid",
                      "cufile.json parses" + (" (after stripping comments)." if cf.get(

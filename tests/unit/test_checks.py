@@ -101,6 +101,10 @@ def test_without_gdscheck_route_comes_from_kernel_evidence() -> None:
         ("MISSING", "fail", "cufile.json.valid", "does not exist"),
         ('{"properties": {"allow_compat_mode": false, "max_pinned_memory_size": 1}}', "warn",
          "cufile.json.valid", "max_device_pinned_mem_size_kb"),
+        ('{"properties": {"allow_compat_mode": false, "io_batchsize": "128"}}', "warn",
+         "cufile.json.valid", "properties.io_batchsize: expected an integer"),
+        ('{"properties": {"allow_compat_mode": false}, "execution": {"max_batch_io_size": 8}}',
+         "warn", "cufile.json.valid", "did you mean properties.io_batchsize?"),
     ],
 )
 def test_wrong_cufile_json(cufile: str, status: str, check_id: str, needle: str) -> None:

@@ -25,84 +25,12 @@ def _load() -> ModuleType:
 
 cufile = _load()
 
-# NVIDIA's cufile.json as shipped (GDS configuration guide), // comments and all.
-VENDOR_JSON = """
-{
-    // NOTE : Application can override custom configuration via
-    // export CUFILE_ENV_PATH_JSON=<filepath>
-    // e.g : export CUFILE_ENV_PATH_JSON="/home/<xxx>/cufile.json"
-    "logging": {
-        // log directory, if not enabled will create log file under current working directory
-        //"dir": "/home/<xxxx>",
-        // NOTICE|ERROR|WARN|INFO|DEBUG|TRACE (in decreasing order of severity)
-        "level": "ERROR"
-    },
-    "profile": {
-        // nvtx profiling on/off
-        "nvtx": false,
-        // cufile stats level(0-3)
-        "cufile_stats": 0
-    },
-    "execution" : {
-        "max_io_queue_depth": 128,
-        "max_io_threads": 4,
-        "parallel_io": true,
-        "min_io_threshold_size_kb" : 8192,
-        "max_request_parallelism": 4
-    },
-    "properties": {
-        "max_direct_io_size_kb" : 16384,
-        "max_device_cache_size_kb" : 131072,
-        "per_buffer_cache_size_kb": 1024,
-        "max_device_pinned_mem_size_kb" : 33554432,
-        "posix_pool_slab_size_kb" : [ 4, 1024, 16384],
-        "posix_pool_slab_count": [128, 64, 64],
-        "use_poll_mode" : false,
-        "poll_mode_max_size_kb": 4,
-        "use_pci_p2pdma": false,
-        "allow_compat_mode": true,
-        "gds_rdma_write_support": true,
-        "io_batchsize": 128,
-        "io_priority": "default",
-        "rdma_dev_addr_list": [ ],
-        "rdma_load_balancing_policy": "RoundRobin",
-        //"rdma_dc_key": "0xffeeddcc",
-        //"rdma_access_mask": "0x1f",
-        "rdma_dynamic_routing": false,
-        "rdma_dynamic_routing_order": [ "GPU_MEM_NVLINKS", "GPU_MEM", "SYS_MEM", "P2P" ]
-    },
-    "fs": {
-        "generic": { "posix_unaligned_writes" : false },
-        "lustre": { "posix_gds_min_kb" : 0
-            //"rdma_dev_addr_list" : [],
-            //"mount_table" : {}
-        },
-        "beegfs": { "posix_gds_min_kb" : 0 },
-        "nfs": { "use_pci_p2pdma": false },
-        "gpfs": { "gds_write_support": false, "gds_async_support": true },
-        "weka": { "rdma_write_support" : false }
-    },
-    "block": {
-        "nvme": { "use_pci_p2pdma": false },
-        "nvmeof": { "use_pci_p2pdma": false },
-        "raid": { "use_pci_p2pdma": false }
-    },
-    "denylist": {
-        // specify list of vendor driver modules to deny for nvidia-fs driver
-        "drivers":  [ ],
-        // specify list of block devices to prevent IO using cuFile
-        // for e.g: "devices": [ "/dev/nvme0n1" ]
-        "devices": [ ],
-        "mounts": [ ],
-        "filesystems": [ ]
-    },
-    "miscellaneous": {
-        "api_check_aggressive": false,
-        "enable_static_routing": false,
-        "static_routing_filepath": "/etc/topology.json"
-    }
-}
-"""
+# NVIDIA's cufile.json as shipped, // comments and all: real captures (sources named in
+# tests/unit/test_cufile_schema_shared.py, which checks every key of every vendor capture).
+VENDOR_FILES = [
+    ROOT / "tests" / "fixtures" / "h100" / "usr_local_cuda_gds_cufile.json",  # CUDA 13.0
+    ROOT / "tests" / "fixtures" / "cufile" / "nvidia-default.cufile.json",  # GDS 1.x
+]
 
 
 def errors(config: Any, route: str | None = None, **kwargs: Any) -> list[str]:
@@ -120,10 +48,25 @@ def one_error(config: Any, route: str | None = None) -> str:
 # --- accepted input ---------------------------------------------------------------------------
 
 
-def test_vendor_file_with_comments_is_accepted() -> None:
-    data = json.loads(cufile.strip_json_comments(VENDOR_JSON))
+@pytest.mark.parametrize("path", VENDOR_FILES, ids=lambda p: p.name)
+def test_vendor_file_with_comments_is_accepted(path: Path) -> None:
+    data = json.loads(cufile.strip_json_comments(path.read_text()))
     assert data["properties"]["allow_compat_mode"] is True
     assert errors(data) == []
+
+
+def test_rendered_document_agrees_with_the_cuda13_vendor_file() -> None:
+    """Every key the role renders that NVIDIA's CUDA 13.0 file also sets has NVIDIA's value
+    (route keys and allow_compat_mode aside, which the role sets on purpose)."""
+    vendor = json.loads(cufile.strip_json_comments(VENDOR_FILES[0].read_text()))
+    doc = cufile.cufile_document({}, route="nvfs")
+    for section, keys in vendor.items():
+        for key, value in keys.items():
+            if isinstance(value, dict):
+                for sub, subvalue in value.items():
+                    assert doc[section][key][sub] == subvalue, f"{section}.{key}.{sub}"
+            else:
+                assert doc[section][key] == value, f"{section}.{key}"
 
 
 def test_comment_stripping_keeps_slashes_inside_strings() -> None:

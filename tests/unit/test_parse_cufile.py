@@ -53,10 +53,24 @@ def test_strip_comments_keeps_escaped_quotes() -> None:
     assert json.loads(cufile.strip_comments(text)) == {"a": 'say "//hi"', "b": [1, 2]}
 
 
-def test_legacy_use_compat_mode_is_honoured() -> None:
+def test_use_compat_mode_is_gdscheck_display_name_not_a_file_key() -> None:
+    # libcufile 1.15.1 prints allow_compat_mode as "properties.use_compat_mode" (its own log,
+    # tests/fixtures/h100/cufile_off_allowcompat_info.log) but reads allow_compat_mode from the
+    # file: a file that sets only use_compat_mode leaves cuFile's default (compat allowed).
     cfg = cufile.parse('{"properties": {"use_compat_mode": false}}')
+    assert cfg.valid
+    assert cfg.unknown_keys == ["properties.use_compat_mode"]
+    assert cfg.suggestions["properties.use_compat_mode"] == "properties.allow_compat_mode"
+    assert cfg.allow_compat_mode is True
+
+
+def test_wrong_types_are_reported() -> None:
+    cfg = cufile.parse('{"properties": {"allow_compat_mode": "false", "io_batchsize": "128"}}')
     assert cfg.valid and cfg.unknown_keys == []
-    assert cfg.allow_compat_mode is False
+    assert len(cfg.type_errors) == 2
+    assert cfg.type_errors[0].startswith("properties.allow_compat_mode: expected a boolean")
+    assert "without quotes" in cfg.type_errors[1]
+    assert cfg.to_dict()["type_errors"] == cfg.type_errors
 
 
 @pytest.mark.parametrize(

@@ -2,90 +2,60 @@
 
 NVIDIA ships the file as JSON with ``//`` and ``/* */`` comments and trailing commas. The
 comment stripper walks the text as a tokenizer does, so ``//`` inside a string (a path, a URL)
-is kept. Unknown keys are reported with the likely intended key.
+is kept. Keys and types are checked against the collection's one cufile.json schema
+(plugins/module_utils/cufile_schema.json, also read by the filter gdsfleet.gds.cufile_validate):
+unknown keys are reported with the key meant, wrong types with what the key takes.
 """
 
 from __future__ import annotations
 
-import difflib
+import importlib.util
 import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 DEFAULT_PATH = "/etc/cufile.json"
 
-# Known keys (dotted); a trailing ".*" accepts any child (mount tables, device lists).
-KNOWN_KEYS: frozenset[str] = frozenset(
-    {
-        "logging.dir",
-        "logging.level",
-        "logging.type",
-        "logging.max_file_size_kb",
-        "profile.nvtx",
-        "profile.cufile_stats",
-        "profile.io_batchsize",
-        "execution.max_io_queue_depth",
-        "execution.max_io_threads",
-        "execution.parallel_io",
-        "execution.min_io_threshold_size_kb",
-        "execution.max_request_parallelism",
-        "properties.max_direct_io_size_kb",
-        "properties.max_device_cache_size_kb",
-        "properties.per_buffer_cache_size_kb",
-        "properties.max_device_pinned_mem_size_kb",
-        "properties.posix_pool_slab_size_kb",
-        "properties.posix_pool_slab_count",
-        "properties.use_poll_mode",
-        "properties.poll_mode_max_size_kb",
-        "properties.use_pci_p2pdma",
-        "properties.allow_compat_mode",
-        "properties.force_compat_mode",
-        "properties.gds_rdma_write_support",
-        "properties.io_batchsize",
-        "properties.io_priority",
-        "properties.rdma_dev_addr_list",
-        "properties.rdma_load_balancing_policy",
-        "properties.rdma_dynamic_routing",
-        "properties.rdma_dynamic_routing_order",
-        "properties.rdma_peer_affinity_policy",
-        "properties.rdma_max_num_sges",
-        "properties.max_batch_io_size",
-        "properties.max_batch_io_timeout_msecs",
-        "properties.force_odirect_mode",
-        "properties.prefer_iouring",
-        "properties.skip_topology_detection",
-        "properties.gpu_bounce_buffer_slab_config.*",
-        "fs.generic.posix_unaligned_writes",
-        "fs.lustre.*",
-        "fs.beegfs.*",
-        "fs.scatefs.*",
-        "fs.nfs.*",
-        "fs.gpfs.*",
-        "fs.weka.*",
-        "fs.virtiofs.*",
-        "block.nvme.use_pci_p2pdma",
-        "block.nvmeof.use_pci_p2pdma",
-        "block.raid.use_pci_p2pdma",
-        "denylist.*",
-        "blacklist.*",
-        "miscellaneous.*",
-        "CUFILE_ENV_PATH_JSON",
-    }
-)
+_SCHEMA_MODULE = "provisioner._collection_cufile_schema"
 
-# Names people write that are not cufile.json keys (see docs/checks.md).
-_MISNAMED = {
-    "max_batch_io_size_kb": "properties.io_batchsize",
-    "max_device_cache_size": "properties.max_device_cache_size_kb",
-    "max_pinned_memory_size": "properties.max_device_pinned_mem_size_kb",
-    "use_compat_mode": "properties.allow_compat_mode",
-}
 
-LEGACY_CACHE_KEYS = (
-    "properties.max_device_cache_size_kb",
-    "properties.per_buffer_cache_size_kb",
-    "properties.max_device_pinned_mem_size_kb",
-)
+def _schema_candidates() -> list[Path]:
+    """Where the collection's schema engine is: inside the installed wheel (copied there at
+    build time by setup.py), else in this checkout's plugins/module_utils/."""
+    package = Path(__file__).resolve().parents[2]  # .../provisioner
+    return [
+        package / "_collection" / "cufile_schema.py",
+        package.parent / "plugins" / "module_utils" / "cufile_schema.py",
+    ]
+
+
+def _load_schema_module() -> ModuleType:
+    loaded = sys.modules.get(_SCHEMA_MODULE)
+    if loaded is not None:
+        return loaded
+    for path in _schema_candidates():
+        if path.is_file():
+            spec = importlib.util.spec_from_file_location(_SCHEMA_MODULE, path)
+            if spec is None or spec.loader is None:  # pragma: no cover - broken install
+                continue
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[_SCHEMA_MODULE] = module
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(
+        "the cufile.json schema (cufile_schema.py + cufile_schema.json) is missing from "
+        f"{' and '.join(str(p.parent) for p in _schema_candidates())}: reinstall gdsfleet "
+        "(pip install .) from a checkout that has plugins/module_utils/"
+    )
+
+
+def schema() -> Any:
+    """The one cufile.json schema (plugins/module_utils/cufile_schema.json), shared with the
+    collection's filter gdsfleet.gds.cufile_validate."""
+    return _load_schema_module().load()
 
 
 def strip_comments(text: str) -> str:
@@ -145,6 +115,8 @@ class CufileConfig:
     unknown_keys: list[str] = field(default_factory=list)
     suggestions: dict[str, str] = field(default_factory=dict)
     had_comments: bool = False
+    # values of the wrong type, one message each (same text as the collection's filter)
+    type_errors: list[str] = field(default_factory=list)
 
     def get(self, dotted: str, default: Any = None) -> Any:
         node: Any = self.data
@@ -156,11 +128,9 @@ class CufileConfig:
 
     @property
     def allow_compat_mode(self) -> bool:
-        # default true (NVIDIA's shipped default); older files call it use_compat_mode
-        value = self.get("properties.allow_compat_mode")
-        if value is None:
-            value = self.get("properties.use_compat_mode", True)
-        return bool(value)
+        # default true (NVIDIA's shipped default). properties.use_compat_mode is gdscheck's
+        # display name, not a file key: cuFile ignores it (it is reported as unknown).
+        return bool(self.get("properties.allow_compat_mode", True))
 
     @property
     def force_compat_mode(self) -> bool:
@@ -182,6 +152,7 @@ class CufileConfig:
             "unknown_keys": list(self.unknown_keys),
             "suggestions": dict(self.suggestions),
             "had_comments": self.had_comments,
+            "type_errors": list(self.type_errors),
             "allow_compat_mode": self.allow_compat_mode if self.valid else None,
             "force_compat_mode": self.force_compat_mode if self.valid else None,
             "use_pci_p2pdma": self.p2pdma[0] if self.valid else None,
@@ -192,43 +163,24 @@ class CufileConfig:
         }
 
 
-def _flatten(data: Any, prefix: str = "") -> list[str]:
-    keys: list[str] = []
-    if isinstance(data, dict):
-        for k, v in data.items():
-            dotted = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, dict) and v:
-                keys.extend(_flatten(v, dotted))
-            else:
-                keys.append(dotted)
-    return keys
-
-
-def _known(dotted: str) -> bool:
-    if dotted in KNOWN_KEYS or dotted + ".*" in KNOWN_KEYS:
-        return True
-    parts = dotted.split(".")
-    return any(".".join(parts[:i]) + ".*" in KNOWN_KEYS for i in range(1, len(parts)))
-
-
 def check_keys(data: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """Unknown keys (dotted, in file order) and, for those with one, the key meant."""
+    unknown, suggestions, _ = _check(data)
+    return unknown, suggestions
+
+
+def _check(data: dict[str, Any]) -> tuple[list[str], dict[str, str], list[str]]:
     unknown: list[str] = []
     suggestions: dict[str, str] = {}
-    plain = sorted(k for k in KNOWN_KEYS if not k.endswith("*"))
-    for dotted in _flatten(data):
-        if dotted == "properties.use_compat_mode":
-            continue  # legacy name of allow_compat_mode, still read by libcufile
-        if _known(dotted):
-            continue
-        unknown.append(dotted)
-        leaf = dotted.rsplit(".", 1)[-1]
-        if leaf in _MISNAMED:
-            suggestions[dotted] = _MISNAMED[leaf]
-            continue
-        close = difflib.get_close_matches(dotted, plain, n=1, cutoff=0.6)
-        if close:
-            suggestions[dotted] = close[0]
-    return unknown, suggestions
+    type_errors: list[str] = []
+    for finding in schema().check(data):
+        if finding.kind == "unknown":
+            unknown.append(finding.path)
+            if finding.target:
+                suggestions[finding.path] = finding.target
+        else:
+            type_errors.append(finding.message)
+    return unknown, suggestions, type_errors
 
 
 def parse(text: str | None) -> CufileConfig:
@@ -244,12 +196,13 @@ def parse(text: str | None) -> CufileConfig:
     if not isinstance(data, dict):
         return CufileConfig(present=True, valid=False, error="top level is not an object",
                             had_comments=had_comments)
-    unknown, suggestions = check_keys(data)
+    unknown, suggestions, type_errors = _check(data)
     return CufileConfig(
         present=True,
         valid=True,
         data=data,
         unknown_keys=unknown,
         suggestions=suggestions,
+        type_errors=type_errors,
         had_comments=had_comments,
     )

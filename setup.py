@@ -1,0 +1,37 @@
+"""Build hook for the provisioner wheel (metadata lives in pyproject.toml).
+
+The cufile.json schema has one copy in git, in the collection
+(plugins/module_utils/cufile_schema.json, read through cufile_schema.py beside it). The
+provisioner reads the same schema, so the build copies both files into the wheel as
+provisioner/_collection/; provisioner/verify/parsers/cufile.py loads them from there, or from
+plugins/module_utils/ when it runs from a checkout. tests/unit/test_cufile_schema_shared.py
+builds a wheel and checks the copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+SHARED = ("plugins/module_utils/cufile_schema.py", "plugins/module_utils/cufile_schema.json")
+
+
+class BuildPyWithCollectionSchema(build_py):
+    """build_py, then the collection's cufile.json schema into provisioner/_collection/."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib, "provisioner", "_collection")
+        self.mkpath(str(target))
+        for source in SHARED:
+            path = ROOT / source
+            if not path.is_file():
+                raise SystemExit(f"{source} is missing: the provisioner needs the collection's "
+                                 "cufile.json schema; build from a full checkout")
+            self.copy_file(str(path), str(target / path.name))
+
+
+setup(cmdclass={"build_py": BuildPyWithCollectionSchema})

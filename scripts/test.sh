@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: setup, lint, collection build, unit tests,
-# molecule scenarios and the simulated fleet. Extra arguments go to pytest.
+# The whole test suite, from a fresh machine: setup, lint (ruff, mypy, ansible-lint on the whole
+# repository, changelog fragments), the collection build and ansible-test sanity on it, unit
+# tests, molecule scenarios and the simulated fleet. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,6 +12,15 @@ bash scripts/install_collection.sh >/dev/null
 
 echo "== ruff"; ruff check provisioner plugins tests bench
 echo "== mypy"; mypy
-echo "== ansible-lint (production profile)"; ansible-lint --offline -q roles playbooks
+echo "== ansible-lint (production profile, whole repository)"; ansible-lint --offline -q
+echo "== antsibull-changelog lint"; antsibull-changelog lint
+echo "== ansible-test sanity (the collection as built)"
+sanity_log=$(mktemp)
+if ! bash scripts/ansible_test_sanity.sh >"$sanity_log" 2>&1; then
+  grep -vE "^(Collecting|Downloading|Installing|Successfully|WARNING: Location|  )" "$sanity_log" | tail -n 60 >&2
+  exit 1
+fi
+grep -E "^(Running sanity test|ERROR|WARNING: Skipping)" "$sanity_log" | sed 's/^/  /' || true
+rm -f "$sanity_log"
 echo "== pytest"
 python -m pytest "$@"

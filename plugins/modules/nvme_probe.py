@@ -1,6 +1,7 @@
 #!/usr/bin/python
-# Copyright: gdsfleet developers
-# Apache License 2.0 (see galaxy.yml)
+# Copyright: (c) 2026, gdsfleet developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Read-only probe of the NVMe drives the nvme role is asked to use, and the plan for them."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ description:
     /boot filesystem, is mounted elsewhere or is held by another device (md, dm) is refused
     even then.
 version_added: 0.1.0
-author: gdsfleet developers
+author: gdsfleet developers (@gdsfleet)
 options:
   devices:
     description: Device paths (C(/dev/nvme0n1), C(/dev/disk/by-id/nvme-...)).
@@ -174,7 +175,7 @@ def _listdir(path: str) -> list[str]:
 def _mountinfo() -> list[dict[str, str]]:
     mounts = []
     for line in _read("/proc/self/mountinfo").splitlines():
-        left, _, right = line.partition(" - ")
+        left, _sep, right = line.partition(" - ")
         fields = left.split()
         rest = right.split()
         if len(fields) < 5 or len(rest) < 2:
@@ -250,18 +251,18 @@ class Prober:
         return self.module.run_command(args, environ_update={"LC_ALL": "C"})
 
     def signatures(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        rc, out, _ = self.run(["wipefs", "--no-act", "--json", path])
+        rc, out, _err = self.run(["wipefs", "--no-act", "--json", path])
         sigs: list[dict[str, Any]] = []
         if rc == 0 and out.strip():
             try:
                 sigs = json.loads(out).get("signatures", [])
             except ValueError:
                 sigs = []
-        rc, text, _ = self.run(["wipefs", "--no-act", path])
+        rc, text, _err = self.run(["wipefs", "--no-act", path])
         return sigs, text.strip() if rc == 0 else ""
 
     def blkid(self, path: str) -> dict[str, str]:
-        rc, out, _ = self.run(["blkid", "-p", "-o", "export", path])
+        rc, out, _err = self.run(["blkid", "-p", "-o", "export", path])
         values: dict[str, str] = {}
         if rc == 0:
             for line in out.splitlines():

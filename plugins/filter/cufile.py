@@ -1,5 +1,6 @@
-# Copyright: gdsfleet developers
-# Apache License 2.0 (see galaxy.yml)
+# Copyright: (c) 2026, gdsfleet developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """cufile.json schema, validation and rendering for the gdsfleet.gds collection.
 
 One module, three filters, and plain functions that tests and the operator-facing testinfra

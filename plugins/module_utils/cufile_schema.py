@@ -1,5 +1,6 @@
-# Copyright: gdsfleet developers
-# Apache License 2.0 (see galaxy.yml)
+# Copyright: (c) 2026, gdsfleet developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """The cufile.json schema, read from ``cufile_schema.json`` beside this file.
 
 One schema for the whole project: the collection's filter (``plugins/filter/cufile.py``) and
@@ -214,7 +215,7 @@ class Schema:
 
     def suggest(self, path: str) -> tuple[str | None, str]:
         """For an unknown dotted ``path``: (the key meant or None, a phrase saying why)."""
-        section, _, key = path.rpartition(".")
+        section, _dot, key = path.rpartition(".")
         alias = self.aliases.get(path) or self.aliases.get(key)
         if alias is not None:
             target = alias.get("key")

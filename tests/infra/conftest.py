@@ -9,10 +9,20 @@ The expected state comes from the same variables the roles read (gds_route, cuda
 cuda_nvidia_fs_version, mofed_flavor, nvidia_fs_module_params, ...), taken from the inventory,
 with the roles' own defaults (roles/*/defaults/main.yml) where the inventory does not set them.
 Tests that belong to one route skip themselves on nodes of the other route.
+
+Connection: testinfra's ansible backend hands SSH nodes to its SSH backend with the inventory's
+variables as written, so a templated ``ansible_ssh_private_key_file: "{{ inventory_dir }}/..."``
+reaches ssh literally ("Could not resolve hostname inventory_dir"); ``--force-ansible`` works
+but runs one ad-hoc Ansible command per check. Here the inventory is read the way the
+provisioner reads it (ansible-core's own inventory and templating, provisioner/inventory.py),
+and the node gets testinfra's SSH backend with the resolved address, port, user, key and
+``-o`` options (strict host-key checking as the inventory says, one ControlMaster connection).
 """
 
 from __future__ import annotations
 
+import functools
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,20 +96,63 @@ def _expectation(name: str, hostvars: dict[str, Any]) -> GdsExpectation:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _resolved_nodes(inventory: str) -> dict[str, Any]:
+    """Nodes of ``inventory`` with templated connection variables (provisioner's reader);
+    empty when the provisioner refuses the inventory (then testinfra's own reading is used)."""
+    from provisioner.errors import InventoryError
+    from provisioner.inventory import load_inventory
+
+    try:
+        return {n.name: n for n in load_inventory(inventory).nodes}
+    except InventoryError:
+        return {}
+
+
+def _resolved(testinfra_host: testinfra.host.Host) -> Any | None:
+    backend = testinfra_host.backend
+    if backend.NAME != "ansible" or not getattr(backend, "ansible_inventory", None):
+        return None
+    return _resolved_nodes(str(backend.ansible_inventory)).get(backend.host)
+
+
 def _hostvars(testinfra_host: testinfra.host.Host) -> tuple[str, dict[str, Any]]:
     backend = testinfra_host.backend
     if backend.NAME == "ansible":
-        return backend.host, backend.ansible_runner.get_variables(backend.host)
+        hostvars = dict(backend.ansible_runner.get_variables(backend.host))
+        node = _resolved(testinfra_host)
+        if node is not None:
+            hostvars.update(node.vars)  # templated values win over the raw ones
+        return backend.host, hostvars
     return backend.get_hostname(), {}
+
+
+def _ssh_host(node: Any) -> testinfra.host.Host:
+    user = f"{node.user}@" if node.user else ""
+    address = f"[{node.address}]" if ":" in node.address else node.address
+    extra = " ".join(f"-o {shlex.quote(f'{k}={v}')}" for k, v in node.ssh_options)
+    return testinfra.get_host(
+        f"ssh://{user}{address}:{node.port}",
+        ssh_identity_file=node.key_file,
+        ssh_extra_args=extra or None,
+        sudo=bool(node.vars.get("ansible_become")) and node.user not in (None, "root"),
+    )
 
 
 @pytest.fixture(scope="module")
 def host(_testinfra_host: testinfra.host.Host) -> testinfra.host.Host:
-    """The node; containers reached through Ansible's podman connection use testinfra's podman
-    backend directly (one `podman exec` per command instead of one ad-hoc Ansible run)."""
+    """The node. Containers reached through Ansible's podman connection use testinfra's podman
+    backend directly (one `podman exec` per command instead of one ad-hoc Ansible run); SSH
+    nodes use the SSH backend with the connection variables resolved as Ansible resolves them
+    (see the module docstring); ``--force-ansible`` keeps testinfra's ansible backend."""
     name, hostvars = _hostvars(_testinfra_host)
     if hostvars.get("ansible_connection") in _PODMAN_CONNECTIONS:
         return testinfra.get_host(f"podman://{hostvars.get('ansible_host', name)}")
+    backend = _testinfra_host.backend
+    if backend.NAME == "ansible" and not getattr(backend, "force_ansible", False):
+        node = _resolved(_testinfra_host)
+        if node is not None and node.connection in ("ssh", "paramiko", "smart"):
+            return _ssh_host(node)
     return _testinfra_host
 
 

@@ -143,6 +143,11 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
                 sizes[opt] = parse_size(val)
             except (TypeError, ValueError) as exc:
                 raise UsageError(f"--{opt.replace('_', '-')} {val!r}: {exc}") from exc
+            from provisioner.verify.model import MIN_PROVABLE_IO_BYTES, SMALL_IO_WHY
+
+            if sizes[opt] < MIN_PROVABLE_IO_BYTES:
+                raise UsageError(f"--{opt.replace('_', '-')} {val!r}: must be at least 1M: "
+                                 f"{SMALL_IO_WHY}")
     return {
         "max_failures": parse_budget(args.max_failures, option="--max-failures"),
         "max_total_failures": parse_budget(args.max_total_failures,

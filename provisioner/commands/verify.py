@@ -112,6 +112,10 @@ def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
         size = parse_size(args.io_size) if args.io_size else policy.io_test_size
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--io-size {args.io_size!r}: {exc}") from exc
+    from provisioner.verify.model import MIN_PROVABLE_IO_BYTES, SMALL_IO_WHY
+
+    if size < MIN_PROVABLE_IO_BYTES:
+        raise UsageError(f"--io-size {args.io_size!r}: must be at least 1M: {SMALL_IO_WHY}")
     kwargs: dict[str, Any] = {
         "size_bytes": size,
         "path": args.io_path,

@@ -7,8 +7,12 @@ What it does:
 1. checks the target directory; turns nvidia-fs ``rw_stats_enabled`` on when asked and the
    node allows it (restored afterwards), and snapshots /proc/driver/nvidia-fs/stats;
 2. attempt "OFF": in a forked child with ``KVIKIO_COMPAT_MODE=OFF`` and
-   ``CUFILE_ALLOW_COMPAT_MODE=false`` (no silent fallback), writes ``size`` bytes of random data
-   from GPU memory with kvikio, reads them back into GPU memory, compares on the GPU, times both;
+   ``CUFILE_ALLOW_COMPAT_MODE=false`` (no silent fallback), ``KVIKIO_GDS_THRESHOLD`` set (calls
+   under it go through POSIX whatever the compat mode) and ``CUFILE_ENV_PATH_JSON`` pointing at a
+   test-scoped copy of the node's effective cufile.json (logging to a temporary directory at
+   TRACE, cufile_stats 3, allow_compat_mode false), writes ``size`` bytes of random data from GPU
+   memory with kvikio, reads them back into GPU memory, compares on the GPU, times both; cuFile's
+   log of that attempt comes back in ``cufile_log``;
 3. snapshots the stats again; when the direct attempt failed and ``try_compat`` is set, attempt
    "ON" (POSIX through kvikio) tells whether I/O works at all;
 4. always restores rw_stats_enabled and removes the test file (unless ``keep_file``).
@@ -24,9 +28,12 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -36,6 +43,17 @@ SCHEMA = 1
 STATS = "/proc/driver/nvidia-fs/stats"
 RW_STATS = "/sys/module/nvidia_fs/parameters/rw_stats_enabled"
 MARK = "@@gdsfleet-attempt@@"
+CUFILE_JSON = "/etc/cufile.json"
+# What the test-scoped cufile.json changes in the node's own (everything else is kept).
+CUFILE_OVERRIDES = {
+    "logging.level": "TRACE",
+    "profile.cufile_stats": 3,
+    "properties.allow_compat_mode": False,
+}
+# A TRACE log of a 1 GiB test is large; keep its head and tail (the mode lines come first, the
+# per-I/O markers throughout).
+LOG_HEAD_LINES = 3000
+LOG_TAIL_LINES = 1000
 
 
 def read_text(path: str) -> str | None:
@@ -111,6 +129,110 @@ def compat_setting(kvikio: Any) -> object:
     return _plain(_safe(fn)) if callable(fn) else None
 
 
+def gds_threshold(kvikio: Any) -> object:
+    """kvikio's resolved GDS threshold in bytes (calls under it skip cuFile), or None."""
+    defaults = submodule(kvikio, "defaults")
+    get = getattr(defaults, "get", None)
+    if callable(get):
+        value = _safe(lambda: get("gds_threshold"))
+        if isinstance(value, int):
+            return value
+    fn = getattr(defaults, "gds_threshold", None)
+    if callable(fn):
+        value = _safe(fn)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def strip_json_comments(text: str) -> str:
+    """NVIDIA ships cufile.json with // and /* */ comments and trailing commas."""
+    out = []
+    i, n, in_str = 0, len(text), False
+    while i < n:
+        ch = text[i]
+        if in_str:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+            out.append(ch)
+        elif text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+
+
+def scoped_cufile_json(tmpdir: str) -> dict:
+    """Write a test-scoped copy of the node's effective cufile.json into ``tmpdir`` (its log in
+    ``tmpdir/log``); return what was done (``json`` is the path, or ``error`` says why not)."""
+    source = os.environ.get("CUFILE_ENV_PATH_JSON") or CUFILE_JSON
+    info: dict = {"source": source, "json": None, "log_dir": None, "overrides": {}}
+    text = read_text(source)
+    config: dict = {}
+    if text is None:
+        info["source_missing"] = True  # cuFile's built-in defaults apply
+    else:
+        try:
+            loaded = json.loads(strip_json_comments(text))
+        except ValueError as exc:
+            info["error"] = f"{source} is not valid JSON: {exc}"
+            return info
+        if not isinstance(loaded, dict):
+            info["error"] = f"{source} is not a JSON object"
+            return info
+        config = loaded
+    log_dir = os.path.join(tmpdir, "log")
+    os.makedirs(log_dir, exist_ok=True)
+    overrides = dict(CUFILE_OVERRIDES)
+    overrides["logging.dir"] = log_dir
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".", 1)
+        sub = config.get(section)
+        if not isinstance(sub, dict):
+            sub = config[section] = {}
+        sub[key] = value
+    path = os.path.join(tmpdir, "cufile.json")
+    with open(path, "w") as fh:
+        json.dump(config, fh, indent=2, sort_keys=True)
+    info.update(json=path, log_dir=log_dir, overrides=overrides)
+    return info
+
+
+def collect_cufile_log(log_dir: str | None) -> dict | None:
+    """cuFile's log files in ``log_dir`` (cufile.log; libcufile 1.15: cufile_<pid>_<date>.log),
+    concatenated; long logs keep their head and tail."""
+    if not log_dir or not os.path.isdir(log_dir):
+        return None
+    names = sorted(n for n in os.listdir(log_dir) if n.startswith("cufile") and
+                   n.endswith(".log"))
+    lines: list = []
+    size = 0
+    for name in names:
+        text = read_text(os.path.join(log_dir, name)) or ""
+        size += len(text)
+        lines.extend(text.splitlines())
+    dropped = 0
+    if len(lines) > LOG_HEAD_LINES + LOG_TAIL_LINES:
+        dropped = len(lines) - LOG_HEAD_LINES - LOG_TAIL_LINES
+        lines = lines[:LOG_HEAD_LINES] + lines[-LOG_TAIL_LINES:]
+    return {"files": names, "bytes": size, "lines_dropped": dropped,
+            "text": "\n".join(lines) + ("\n" if lines else "")}
+
+
 def _sync(cupy) -> None:  # type: ignore[no-untyped-def]
     runtime = getattr(getattr(cupy, "cuda", None), "runtime", None)
     fn = getattr(runtime, "deviceSynchronize", None)
@@ -118,7 +240,8 @@ def _sync(cupy) -> None:  # type: ignore[no-untyped-def]
         _safe(fn)
 
 
-def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
+def attempt(mode: str, file_path: str, size: int, keep: bool,
+            extra_env: dict | None = None) -> dict:
     """One write/read/compare cycle. Runs in a forked child; returns the evidence."""
     res: dict[str, Any] = {
         "mode": mode,
@@ -134,9 +257,12 @@ def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
     if mode == "OFF":
         # cuFile must not fall back to POSIX on its own either: an error, not a slow success.
         os.environ["CUFILE_ALLOW_COMPAT_MODE"] = "false"
+    for k, v in (extra_env or {}).items():
+        os.environ[k] = str(v)
     res["env"] = {
         k: os.environ[k]
-        for k in ("KVIKIO_COMPAT_MODE", "CUFILE_ALLOW_COMPAT_MODE", "CUFILE_ENV_PATH_JSON")
+        for k in ("KVIKIO_COMPAT_MODE", "CUFILE_ALLOW_COMPAT_MODE", "CUFILE_ENV_PATH_JSON",
+                  "KVIKIO_GDS_THRESHOLD")
         if k in os.environ
     }
     try:
@@ -180,6 +306,7 @@ def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
     res["cufile_allow_compat_mode"] = _plain(_safe(lambda: properties.allow_compat_mode))
     res["compat_mode_preferred"] = compat_preferred(kvikio)
     res["compat_mode"] = compat_setting(kvikio)
+    res["gds_threshold"] = gds_threshold(kvikio)
 
     data = buf = None
     try:
@@ -240,7 +367,8 @@ def attempt(mode: str, file_path: str, size: int, keep: bool) -> dict:
     return res
 
 
-def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float) -> dict:
+def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float,
+                extra_env: dict | None = None) -> dict:
     """Fork a child for one attempt; collect its JSON through a pipe within ``timeout``."""
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -248,7 +376,7 @@ def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float
         os.close(rfd)
         os.dup2(2, 1)  # library chatter goes to stderr, never into our JSON
         try:
-            out = attempt(mode, file_path, size, keep)
+            out = attempt(mode, file_path, size, keep, extra_env)
         except BaseException as exc:  # noqa: BLE001
             out = {"mode": mode, "ok": False, "stage": "crash", "error": repr(exc)}
         try:
@@ -311,6 +439,8 @@ def main() -> int:
         "stats_before": None,
         "stats_after_direct": None,
         "stats_after_compat": None,
+        "cufile_scope": None,
+        "cufile_log": None,
         "file": None,
         "file_removed": None,
     }
@@ -328,6 +458,11 @@ def main() -> int:
     file_path = os.path.join(directory, f".gdsfleet-iotest-{uuid.uuid4().hex[:12]}.bin")
     out["file"] = file_path
     rw: dict[str, Any] = out["rw_stats"]
+    tmpdir = None
+    direct_env: dict[str, Any] = {}
+    threshold = opts.get("gds_threshold")
+    if threshold is not None:
+        direct_env["KVIKIO_GDS_THRESHOLD"] = int(threshold)
     original = read_text(RW_STATS)
     rw["present"] = original is not None
     rw["before"] = original.strip() if original is not None else None
@@ -348,9 +483,17 @@ def main() -> int:
                 waited += 0.1
                 out["stats_before"] = read_text(STATS)
             rw["baseline_wait_s"] = round(waited, 1)
-        direct = run_attempt("OFF", file_path, size, keep, timeout)
+        if opts.get("cufile_log", True):
+            tmpdir = tempfile.mkdtemp(prefix="gdsfleet-iotest-")
+            scope = scoped_cufile_json(tmpdir)
+            out["cufile_scope"] = scope
+            if scope.get("json"):
+                direct_env["CUFILE_ENV_PATH_JSON"] = scope["json"]
+        direct = run_attempt("OFF", file_path, size, keep, timeout, direct_env)
         out["attempts"].append(direct)
         out["stats_after_direct"] = read_text(STATS)
+        if tmpdir:
+            out["cufile_log"] = collect_cufile_log(out["cufile_scope"].get("log_dir"))
         missing = direct.get("missing")
         if missing:
             out["status"] = "skipped"
@@ -370,6 +513,8 @@ def main() -> int:
             except OSError as exc:
                 out["remove_error"] = str(exc)
         out["file_removed"] = not os.path.exists(file_path)
+        if tmpdir:
+            shutil.rmtree(tmpdir, ignore_errors=True)
         out["duration_s"] = round(time.monotonic() - started, 3)
     return _emit(out)
 

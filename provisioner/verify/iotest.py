@@ -5,12 +5,22 @@ Path decision (docs/checks.md, ``io.direct_path``):
 
 * ``skipped``: the test did not run (disabled, no directory, no GPU, no cupy/kvikio).
 * ``direct``: the attempt with ``KVIKIO_COMPAT_MODE=OFF`` and ``CUFILE_ALLOW_COMPAT_MODE=false``
-  wrote, read back and verified the data, and nothing contradicts it: on the nvfs route with
-  rw_stats on, the nvidia-fs ``Writes n=``/``Reads n=`` counters must have moved. Evidence
-  (``proof``) is ``counters`` when they moved, else ``compat_off``.
+  wrote, read back and verified the data, and nothing contradicts it. It is *proven* only by
+  evidence of the test's own I/O (``evidence.proof``):
+
+  - ``nvfs_counters``: with rw_stats on, the nvidia-fs ``writeMiB``/``readMiB`` deltas each cover
+    the test's own bytes (whole MiB, rounded down as the driver does). A delta of ``n`` alone, or
+    one smaller than the test, proves nothing (another GDS job may have moved it);
+  - ``cufile_log``: the test-scoped cuFile log (``CUFILE_ENV_PATH_JSON``) shows per-I/O direct
+    markers and no compat line (the proof on p2pdma, corroboration on nvfs).
+
+  Setting compat mode off (the former ``compat_off`` proof) is recorded as
+  ``evidence.fallback_disabled`` but proves nothing by itself. An I/O size under
+  :data:`MIN_PROVABLE_IO_BYTES` or under kvikio's ``KVIKIO_GDS_THRESHOLD`` proves nothing either:
+  kvikio sends such calls through POSIX whatever the compat mode.
 * ``compat``: the direct attempt was refused and the POSIX attempt (``KVIKIO_COMPAT_MODE=ON``)
-  worked; or the direct attempt "worked" while the nvidia-fs counters stood still (cuFile fell
-  back on its own).
+  worked; or the direct attempt "worked" while the nvidia-fs counters did not cover its bytes, or
+  cuFile's own log says it used compat mode (cuFile fell back on its own).
 * ``failed``: no attempt moved the data correctly (or the data read back differed).
 """
 
@@ -23,6 +33,7 @@ from typing import Any
 
 from provisioner.remote import load_script
 from provisioner.verify.model import (
+    MIN_PROVABLE_IO_BYTES,
     PATH_COMPAT,
     PATH_DIRECT,
     PATH_FAILED,
@@ -31,11 +42,19 @@ from provisioner.verify.model import (
     IoTestOptions,
     IoTestResult,
 )
-from provisioner.verify.parsers import nvfs_stats
+from provisioner.verify.parsers import cufile_log, nvfs_stats
 
 SCRIPT = "iotest.py"
 # Seconds on top of the attempts' own limit for interpreter start, stats and clean-up.
 _SLACK_S = 60.0
+MIB = 1 << 20
+# KVIKIO_GDS_THRESHOLD set for the direct attempt: kvikio sends pread/pwrite calls smaller than
+# this through POSIX even with compat mode off (rapidsai/kvikio cpp/src/file_handle.cpp, the
+# "size < gds_threshold" shortcut). 4 KiB, the GDS alignment unit, keeps every test size on cuFile.
+GDS_THRESHOLD_BYTES = 4096
+# What kvikio uses when the document does not say: 1 MiB, the largest default any release had
+# (rapidsai/kvikio cpp/src/defaults.cpp: 1 MiB from 23.06, 16 KiB since 25.04, PR #596).
+_KVIKIO_THRESHOLD_FALLBACK = 1 << 20
 
 
 def command(options: IoTestOptions, path: str) -> str:
@@ -46,6 +65,8 @@ def command(options: IoTestOptions, path: str) -> str:
         "timeout_s": options.timeout_s,
         "enable_rw_stats": options.enable_rw_stats,
         "try_compat": options.try_compat,
+        "gds_threshold": GDS_THRESHOLD_BYTES,
+        "cufile_log": True,
     }
     return "python3 - " + shlex.quote(json.dumps(args, sort_keys=True))
 
@@ -107,8 +128,119 @@ def _summary(att: dict[str, Any]) -> dict[str, Any]:
             "is_gds_available", "compat_mode_preferred", "compat_mode", "handle_compat_preferred",
             "handle_direct_io_supported", "cufile_nvfs_version", "cufile_allow_compat_mode",
             "libcufile_version", "kvikio_version", "cupy_version", "gpu_name", "gpu_count",
-            "env", "missing")
+            "env", "missing", "gds_threshold")
     return {k: att.get(k) for k in keep if k in att}
+
+
+def _env(att: dict[str, Any] | None) -> dict[str, Any]:
+    env = (att or {}).get("env")
+    return env if isinstance(env, dict) else {}
+
+
+def _fallback_disabled(att: dict[str, Any] | None) -> bool:
+    env = _env(att)
+    return (env.get("KVIKIO_COMPAT_MODE") == "OFF"
+            and str(env.get("CUFILE_ALLOW_COMPAT_MODE", "")).lower() == "false")
+
+
+def _threshold(att: dict[str, Any] | None) -> int | None:
+    """kvikio's GDS threshold for the attempt: what kvikio resolved, else what the test set."""
+    for value in ((att or {}).get("gds_threshold"), _env(att).get("KVIKIO_GDS_THRESHOLD")):
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def _cufile_log(doc: dict[str, Any]) -> cufile_log.CufileLog | None:
+    """The test-scoped cuFile log the node sent back, parsed; None when there is none."""
+    entry = doc.get("cufile_log")
+    if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
+        return None
+    return cufile_log.parse(entry["text"])
+
+
+def _counter_proof(delta: dict[str, float] | None, size: int) -> tuple[bool | None, str]:
+    """Do the nvidia-fs deltas cover the test's own bytes? (True, why) | (False, why) |
+    (None, why) when the counters cannot tell (no MiB counters)."""
+    if not delta or "write_mib" not in delta or "read_mib" not in delta:
+        return None, "nvidia-fs writeMiB/readMiB counters were not available"
+    need = size // MIB
+    w, r = delta["write_mib"], delta["read_mib"]
+    wn, rn = delta.get("writes_n", 0), delta.get("reads_n", 0)
+    seen = f"writeMiB +{w:g}, readMiB +{r:g} (Writes n +{wn:g}, Reads n +{rn:g})"
+    if need >= 1 and w >= need and r >= need:
+        return True, f"nvidia-fs counted {seen}, covering the test's own {need} MiB each way"
+    if w <= 0 and r <= 0 and wn <= 0 and rn <= 0:
+        return False, f"nvidia-fs counters did not move ({seen})"
+    return False, (f"nvidia-fs counters moved ({seen}) but do not cover the test's own "
+                   f"{need} MiB each way: that movement is another GDS job's or partial, so this "
+                   "I/O went (at least partly) through POSIX")
+
+
+def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route: str | None,
+                  delta: dict[str, float] | None, rw_on: bool, evidence: dict[str, Any],
+                  common: dict[str, Any]) -> IoTestResult:
+    """The direct attempt moved and verified the data: which evidence proves it went direct?"""
+    wg = _gbps(size, direct.get("write_s"))
+    rg = _gbps(size, direct.get("read_s"))
+    rw = doc.get("rw_stats") or {}
+
+    def result(path: str, reason: str, proof: str | None = None) -> IoTestResult:
+        evidence["proof"] = proof
+        return IoTestResult(path_taken=path, write_gbps=wg, read_gbps=rg, verified=True,
+                            reason=reason, **common)
+
+    threshold = _threshold(direct)
+    effective = threshold if threshold is not None else _KVIKIO_THRESHOLD_FALLBACK
+    if size < MIN_PROVABLE_IO_BYTES or size < effective:
+        floor = max(MIN_PROVABLE_IO_BYTES, effective)
+        return result(PATH_DIRECT, (
+            f"I/O of {size} bytes succeeded with compat mode off, but a test this small proves "
+            f"nothing: kvikio sends calls under KVIKIO_GDS_THRESHOLD "
+            f"({'unknown, assumed ' if threshold is None else ''}{effective} bytes) through "
+            "POSIX and nvidia-fs counts whole MiB; run the test with --io-size of at least "
+            f"{floor} bytes"))
+
+    log = _cufile_log(doc)
+    log_mode = log.mode if log is not None else None
+    if log is not None and log_mode == cufile_log.MODE_COMPAT:
+        line = log.compat_lines[0].render()
+        return result(PATH_COMPAT, "I/O succeeded, but cuFile's own log says it served it "
+                      f"through POSIX (compat mode): {line}")
+
+    ok, why = _counter_proof(delta, size)
+    counters_observable = rw_on and ok is not None
+    if counters_observable and ok:
+        if log_mode in (cufile_log.MODE_NVFS, cufile_log.MODE_P2PDMA):
+            evidence["corroborated_by"] = "cufile_log"
+            why += f"; cuFile's log agrees ({log_mode} per-I/O markers)"
+        return result(PATH_DIRECT, "direct path proven: " + why, "nvfs_counters")
+    if counters_observable and route in (None, "nvfs") and rw.get("present"):
+        # nvidia-fs counts every direct I/O on the nvfs route: counters that do not cover the
+        # test's bytes mean cuFile served (part of) it through POSIX despite the settings.
+        return result(PATH_COMPAT, "I/O succeeded but " + why)
+
+    if log_mode in (cufile_log.MODE_NVFS, cufile_log.MODE_P2PDMA) and log is not None:
+        markers = log.p2pdma_io_lines or log.nvfs_io_lines
+        return result(PATH_DIRECT, (
+            f"direct path proven by cuFile's own log: {len(markers)} per-I/O {log_mode} "
+            f"line(s) and no compat line, e.g. {markers[0].render()}"), "cufile_log")
+
+    missing = []
+    if not counters_observable:
+        missing.append(why if rw_on or not rw.get("present") else
+                       "nvidia-fs rw_stats were not on during the test")
+    if log is None:
+        scope = doc.get("cufile_scope") or {}
+        err = scope.get("error") if isinstance(scope, dict) else None
+        missing.append("no cuFile log came back" + (f" ({err})" if err else ""))
+    else:
+        missing.append("cuFile's log shows no per-I/O direct marker")
+    return result(PATH_DIRECT, "I/O succeeded with compat mode off, but nothing proves it took "
+                  "the direct path: " + "; ".join(missing) + ". Compat mode off alone is no "
+                  "proof")
 
 
 def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
@@ -139,7 +271,16 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
         "compat_error": compat.get("error") if compat else None,
         "test_file": doc.get("file"),
         "file_removed": doc.get("file_removed"),
+        "fallback_disabled": _fallback_disabled(direct),
+        "kvikio_gds_threshold": _threshold(direct),
+        "kvikio_gds_threshold_set": _env(direct).get("KVIKIO_GDS_THRESHOLD"),
+        "cufile_scope": doc.get("cufile_scope"),
+        "cufile_log": None,
+        "bytes_needed_mib": size // MIB,
     }
+    log = _cufile_log(doc)
+    if log is not None:
+        evidence["cufile_log"] = log.evidence()
     common: dict[str, Any] = {
         "evidence": evidence,
         "attempts": tuple(_summary(a) for a in attempts),
@@ -151,39 +292,8 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
         return IoTestResult(path_taken=PATH_SKIPPED, reason=str(doc.get("reason") or ""),
                             **common)
 
-    counters_moved = bool(
-        delta_direct and (delta_direct.get("writes_n", 0) > 0 or delta_direct.get("reads_n", 0) > 0)
-    )
-    counters_observable = rw_on and delta_direct is not None and "writes_n" in delta_direct
-
     if direct and direct.get("ok") and direct.get("verified"):
-        wg = _gbps(size, direct.get("write_s"))
-        rg = _gbps(size, direct.get("read_s"))
-        if counters_moved:
-            evidence["proof"] = "counters"
-            return IoTestResult(path_taken=PATH_DIRECT, write_gbps=wg, read_gbps=rg,
-                                verified=True,
-                                reason="direct path proven: nvidia-fs read/write counters moved "
-                                "with KVIKIO_COMPAT_MODE=OFF", **common)
-        if counters_observable and route in (None, "nvfs") and rw.get("present"):
-            # nvidia-fs counts every direct I/O on the nvfs route; standing counters mean
-            # cuFile served the I/O through POSIX despite the settings.
-            evidence["proof"] = None
-            return IoTestResult(path_taken=PATH_COMPAT, write_gbps=wg, read_gbps=rg,
-                                verified=True,
-                                reason="I/O succeeded but nvidia-fs counters did not move: cuFile "
-                                "fell back to POSIX", **common)
-        env = direct.get("env") or {}
-        if env.get("KVIKIO_COMPAT_MODE") == "OFF" and env.get(
-            "CUFILE_ALLOW_COMPAT_MODE", ""
-        ).lower() == "false":
-            evidence["proof"] = "compat_off"
-            return IoTestResult(path_taken=PATH_DIRECT, write_gbps=wg, read_gbps=rg,
-                                verified=True,
-                                reason="direct path: I/O succeeded with KVIKIO_COMPAT_MODE=OFF and "
-                                "CUFILE_ALLOW_COMPAT_MODE=false (fallback impossible)", **common)
-        return IoTestResult(path_taken=PATH_DIRECT, write_gbps=wg, read_gbps=rg, verified=True,
-                            reason="I/O succeeded with compat mode off, without proof", **common)
+        return _judge_direct(doc, direct, size, route, delta_direct, rw_on, evidence, common)
 
     if direct and direct.get("ok") is False and direct.get("stage") == "compare":
         return IoTestResult(path_taken=PATH_FAILED, verified=False,

@@ -28,6 +28,12 @@ PATH_SKIPPED = "skipped"
 PATHS = (PATH_DIRECT, PATH_COMPAT, PATH_FAILED, PATH_SKIPPED)
 
 GIB = 1 << 30
+# The smallest I/O test that can prove the direct path: nvidia-fs counts whole MiB
+# (BYTES_TO_MB, rounded down), and kvikio releases before 25.04 sent calls under 1 MiB through
+# POSIX by default (KVIKIO_GDS_THRESHOLD).
+MIN_PROVABLE_IO_BYTES = 1 << 20
+SMALL_IO_WHY = ("a smaller I/O test cannot prove the direct path (nvidia-fs counts whole MiB, and "
+                "kvikio sends small calls through POSIX)")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from provisioner.errors import UsageError
-from provisioner.verify.model import GIB
+from provisioner.verify.model import GIB, MIN_PROVABLE_IO_BYTES, SMALL_IO_WHY
 
 _UNITS = {
     "": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2,
@@ -71,8 +71,8 @@ class Policy:
             raise UsageError(f"policy: iommu {self.iommu!r} must be warn or fail")
         if self.reboot_pending not in ("warn", "fail"):
             raise UsageError(f"policy: reboot_pending {self.reboot_pending!r} must be warn or fail")
-        if self.io_test_size < 4096:
-            raise UsageError("policy: io_test_size must be at least 4KiB")
+        if self.io_test_size < MIN_PROVABLE_IO_BYTES:
+            raise UsageError(f"policy: io_test_size must be at least 1MiB: {SMALL_IO_WHY}")
 
     @classmethod
     def default(cls) -> Policy:

@@ -179,7 +179,9 @@ def attempt(mode: str, *, ok: bool = True, error: str | None = None, stage: str 
     env = {"KVIKIO_COMPAT_MODE": mode}
     if mode == "OFF":
         env["CUFILE_ALLOW_COMPAT_MODE"] = "false"
+        env["KVIKIO_GDS_THRESHOLD"] = "4096"
     return {
+        "gds_threshold": 4096 if mode == "OFF" else 16384,
         "mode": mode, "ok": ok, "stage": stage or ("done" if ok else "open_write"),
         "error": error, "bytes": size, "verified": ok, "write_s": write_s if ok else None,
         "read_s": read_s if ok else None, "env": env, "cupy_version": "14.2.0",
@@ -189,10 +191,57 @@ def attempt(mode: str, *, ok: bool = True, error: str | None = None, stage: str 
     }
 
 
+def stats_io(*, writes_n: int = 0, write_mib: int = 0, reads_n: int = 0, read_mib: int = 0,
+             mmap: int = 0) -> str:
+    """nvidia-fs stats (rw_stats on) with explicit n= and MiB counters."""
+    return STATS.format(io="Enabled", w=writes_n, wm=write_mib, r=reads_n, rm=read_mib, m=mmap,
+                        pgc="pg-cache=0 pg-cache-fail=0 pg-cache-eio=0")
+
+
+# The driver-open lines of libcufile 1.15 as captured on the H100 (tests/fixtures/h100/), with
+# the P2PDMA status of a working p2pdma node; the per-I/O markers follow (docs/checks.md).
+_CUFILE_LOG_HEAD = "".join(
+    f" 22-11-2026 15:16:4{i}:501 [pid=484 tid=484] INFO   {msg}\n" for i, msg in enumerate((
+        "cufio_core:597 Loaded successfully  libcufile_ck.so",
+        "cufio-drv:838 Is PCIP2PDMA Supported: {p2p} kernel Support: {p2p} "
+        "pci_p2pdma_supported_cuda: 1 checkIfAllGPUsSupportP2PDMA(): {p2p}",
+        "cufio-drv:250 DRIVER CONFIGURATION:",
+        "cufio-drv:253 NVMe P2PDMA        : {p2p_s}",
+        "cufio-drv:254 NVMe               : {nvfs_s}",
+        "cufio_core:1070 CUFile initialization complete",
+    )))
+
+
+def cufile_log(mode: str, ios: int = 8) -> dict[str, Any]:
+    """SYNTHETIC test-scoped cuFile log as the node returns it (``cufile_log`` of the I/O
+    document): ``mode`` p2pdma | nvfs | compat | silent (no per-I/O line)."""
+    text = _CUFILE_LOG_HEAD.format(
+        p2p=int(mode == "p2pdma"), p2p_s="Supported" if mode == "p2pdma" else "Unsupported",
+        nvfs_s="Supported" if mode == "nvfs" else "Unsupported")
+    if mode == "compat":
+        text += (" 22-11-2026 15:16:49:890 [pid=484 tid=484] NOTICE  cufio:285 cuFileHandleRegister"
+                 " GDS not supported or disabled by config, using cuFile posix read/write with "
+                 "compat mode enabled\n")
+    for i in range(ios if mode != "silent" else 0):
+        flag = {"p2pdma": "p2p mode: 1 compat: 0", "nvfs": "p2p mode: 0 compat: 0",
+                "compat": "p2p mode: 0 compat: 1"}[mode]
+        if mode == "nvfs":
+            text += (" 22-11-2026 15:16:50:10 [pid=484 tid=490] DEBUG  cufio_core:2859 gds path "
+                     "taken with ODIRECT fd: 37\n")
+        text += (f" 22-11-2026 15:16:50:10 [pid=484 tid=490] TRACE  cufio_core:2964 write fd: 37 "
+                 f"offset: {i << 22} length: 4194304 {flag}\n")
+    return {"files": ["cufile_484_2026-11-22.15:16:47.log"], "bytes": len(text),
+            "lines_dropped": 0, "text": text}
+
+
 def io_doc(*, attempts: list[dict[str, Any]], before: str | None = None,
            after: str | None = None, after_compat: str | None = None, rw_during: str = "1",
-           status: str = "ran", reason: str | None = None, size: int = 1 << 30) -> dict[str, Any]:
+           status: str = "ran", reason: str | None = None, size: int = 1 << 30,
+           log: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
+        "cufile_log": log,
+        "cufile_scope": {"source": "/etc/cufile.json", "json": "/tmp/gdsfleet-iotest-x/cufile.json",
+                         "log_dir": "/tmp/gdsfleet-iotest-x/log"} if log else None,
         "gdsfleet_iotest": 1, "status": status, "reason": reason, "path": "/mnt/gds",
         "size_bytes": size, "attempts": attempts,
         "rw_stats": {"present": before is not None, "before": "0", "writable": True,
@@ -205,11 +254,11 @@ def io_doc(*, attempts: list[dict[str, Any]], before: str | None = None,
 
 def direct_nvfs_io() -> dict[str, Any]:
     return io_doc(attempts=[attempt("OFF")], before=stats(mmap=3),
-                  after=stats(writes=1024, reads=1024, mmap=4))
+                  after=stats(writes=1024, reads=1024, mmap=4), log=cufile_log("nvfs"))
 
 
 def direct_p2pdma_io() -> dict[str, Any]:
-    return io_doc(attempts=[attempt("OFF", gds_available=False)])
+    return io_doc(attempts=[attempt("OFF", gds_available=False)], log=cufile_log("p2pdma"))
 
 
 def compat_io(error: str = "RuntimeError: cuFile error: GPUDirect Storage not supported on "

@@ -36,7 +36,7 @@ def test_compliant_nvfs_node() -> None:
     assert route == "nvfs"
     assert failing(by_id) == set()
     assert compliant is True
-    assert io.path_taken == "direct" and io.evidence["proof"] == "counters"
+    assert io.path_taken == "direct" and io.evidence["proof"] == "nvfs_counters"
     assert io.write_gbps == round((1 << 30) / 0.25 / 1e9, 3)
     assert by_id["nvfs.nvme.patched"].status == "pass"
     assert by_id["p2pdma.kernel"].status == "skip"
@@ -48,7 +48,7 @@ def test_compliant_p2pdma_node() -> None:
     assert route == "p2pdma"
     assert failing(by_id) == set(), failing(by_id)
     assert compliant is True
-    assert io.evidence["proof"] == "compat_off"  # no nvidia-fs counters on this route
+    assert io.evidence["proof"] == "cufile_log"  # no nvidia-fs counters on this route
     assert by_id["nvfs.module.loaded"].status == "skip"
     assert by_id["p2pdma.cufile"].status == "pass"
     assert by_id["p2pdma.nvme_multipath"].status == "pass"

@@ -66,6 +66,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         (["verify", "--limit", "gpu*"], "add -i INVENTORY"),
         (["verify", "--local", "--parallel", "0"], "--parallel must be at least 1"),
         (["verify", "--local", "--io-size", "lots"], "--io-size"),
+        (["verify", "--local", "--io-size", "64K"], "cannot prove the direct path"),
         (["verify", "--local", "--ledger", "x.sqlite", "--no-ledger"], "exclude each other"),
         (["verify", "-i", "/nonexistent/inventory"], "does not exist"),
         (["history", "n1", "--limit", "0"], "--limit must be at least 1"),

@@ -7,13 +7,18 @@ One container per route, reused within the module; each test leaves its node as 
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from provisioner.remote import load_script
 from provisioner.verify import CommandResult, IoTestOptions, NodeReport, Policy, verify_node
+from provisioner.verify.iotest import evaluate
 from tests.harness import lab as labmod
 from tests.harness.fixtures import SimNode, StandinRepo
 
@@ -77,10 +82,20 @@ def test_nvfs_node_is_compliant_with_counter_proof(nvfs_node: SimNode) -> None:
     assert report.route == "nvfs"
     io = report.io_test
     assert io.path_taken == "direct" and io.verified
-    assert io.evidence["proof"] == "counters"
+    assert io.evidence["proof"] == "nvfs_counters"
     delta = io.evidence["counter_delta_direct"]
     assert delta["writes_n"] > 0 and delta["reads_n"] > 0
     assert delta["write_mib"] == 16 and delta["read_mib"] == 16
+    # cuFile's test-scoped log (stand-in, libcufile 1.15 format) corroborates: 4 MiB kvikio
+    # tasks, 4 writes + 4 reads through nvidia-fs, no compat line
+    assert io.evidence["corroborated_by"] == "cufile_log"
+    log = io.evidence["cufile_log"]
+    assert log["mode"] == "nvfs" and log["nvfs_io_lines"] == 16 and log["compat_lines"] == 0
+    assert io.evidence["kvikio_gds_threshold"] == 4096
+    scope = io.evidence["cufile_scope"]
+    assert scope["source"] == "/etc/cufile.json"
+    assert scope["overrides"]["properties.allow_compat_mode"] is False
+    assert nvfs_node.exec(f"ls -d {scope['log_dir']} 2>/dev/null || true").stdout.strip() == ""
     # rw_stats_enabled was switched on for the test and put back; the test file is gone
     assert io.evidence["rw_stats"]["during"] == "1"
     assert nvfs_node.read("/sys/module/nvidia_fs/parameters/rw_stats_enabled").strip() == "0"
@@ -99,6 +114,8 @@ def test_nvfs_node_without_patched_nvme_runs_compat(nvfs_node: SimNode) -> None:
         assert report.io_test.path_taken == "compat"  # refused direct, POSIX works
         assert "allow_compat_mode is false" in report.io_test.reason
         assert report.io_test.evidence["counter_delta_direct"]["writes_n"] == 0
+        log = report.io_test.evidence["cufile_log"]
+        assert "ERROR cufio-fs:199 NVMe Driver not registered with nvidia-fs!!!" in log["blockers"]
     finally:
         nvfs_node.apt_install("mlnx-nvme-dkms")
         nvfs_node.exec("gdsfleet-sim refresh")
@@ -132,7 +149,60 @@ JSON""")
     assert report.route == "p2pdma", (report.facts["route_evidence"], report.facts["cufile"],
                                       report.facts["kallsyms"], report.raw.get("gdscheck"))
     assert report.compliant, failing
-    assert report.io_test.evidence["proof"] == "compat_off"
+    io = report.io_test
+    assert io.evidence["proof"] == "cufile_log"  # no nvidia-fs counters on this route
+    log = io.evidence["cufile_log"]
+    assert log["mode"] == "p2pdma" and log["p2pdma_io_lines"] == 8 and log["compat_lines"] == 0
+    assert "p2p mode: 1 compat: 0" in log["direct"][0]
+    assert log["driver_configuration"]["NVMe P2PDMA"] == "Supported"
+    assert io.evidence["counter_delta_direct"] is None
+
+    # the same node with a cuFile that may fall back (the test-scoped config still says no, but
+    # force_compat_mode makes cuFile serve everything through POSIX): the log says compat and
+    # the node is not compliant, although compat mode was "off" for kvikio
+    node.exec("sed -i 's/\"allow_compat_mode\": false/\"allow_compat_mode\": false, "
+              "\"force_compat_mode\": true/' /etc/cufile.json")
+    try:
+        forced = verify(node, Policy(expected_route="p2pdma"))
+    finally:
+        node.exec("sed -i 's/, \"force_compat_mode\": true//' /etc/cufile.json")
+    assert not forced.compliant
+    assert forced.io_test.evidence["proof"] is None
+    assert forced.io_test.path_taken in ("compat", "failed"), forced.io_test.reason
+
+
+def run_iotest(node: SimNode, **opts: Any) -> dict[str, Any]:
+    """The node script with hand-set options (what command() would not send)."""
+    args = {"path": "/mnt/gds", "timeout_s": 120, "try_compat": False, **opts}
+    res = PodmanRunner(node).run("python3 - " + shlex.quote(json.dumps(args)), timeout=300,
+                                 stdin=load_script("iotest.py"))
+    assert res.exit_status == 0, res.stderr
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+@pytest.mark.parametrize("threshold", [None, 8 << 20])
+def test_nvfs_io_below_kvikios_gds_threshold_goes_posix_and_proves_nothing(
+        nvfs_node: SimNode, threshold: int | None) -> None:
+    # None: the stand-in kvikio's default threshold (16 KiB, as kvikio >= 25.04) with an 8 KiB
+    # test; 8 MiB: the test sets KVIKIO_GDS_THRESHOLD above its 2 MiB size
+    size = 8 << 10 if threshold is None else 2 << 20
+    opts: dict[str, Any] = {"size_bytes": size}
+    if threshold is not None:
+        opts["gds_threshold"] = threshold
+    doc = run_iotest(nvfs_node, **opts)
+    att = doc["attempts"][0]
+    assert att["ok"] and att["verified"], att
+    assert att["gds_threshold"] == (16 << 10 if threshold is None else threshold)
+    io = evaluate(doc, route="nvfs")
+    assert io.evidence["proof"] is None and not io.direct_proven
+    assert "proves nothing" in io.reason
+    # kvikio (stand-in, like the real one) kept these calls away from cuFile: nvidia-fs did not
+    # count them and cuFile's log has no per-I/O line
+    delta = io.evidence["counter_delta_direct"]
+    assert delta["writes_n"] == 0 and delta["write_mib"] == 0 and delta["reads_n"] == 0
+    log = io.evidence["cufile_log"]
+    assert log["nvfs_io_lines"] == 0 and log["p2pdma_io_lines"] == 0
 
 
 def test_gpu_less_node_without_kvikio_is_a_clear_skip(

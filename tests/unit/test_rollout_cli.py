@@ -117,6 +117,8 @@ def test_failed_canary_stops_with_aborted(lab: dict[str, Path]) -> None:
         (["--max-parallel", "0"], "--max-parallel"),
         (["--confirm"], "no terminal"),
         (["-e", "x=$(reboot)"], "command substitution"),
+        (["--io-size", "256K"], "cannot prove the direct path"),
+        (["--health-io-size", "64K"], "--health-io-size"),
     ],
 )
 def test_bad_input_is_refused_before_anything_runs(

@@ -3,7 +3,10 @@
 # and the patched nvme symbol in kallsyms; p2pdma: p2pdma_pgmap_ops and both use_pci_p2pdma keys
 # in cufile.json; the file on xfs or ext4 with data=ordered); with no route, cuFile's own compat
 # mode when cufile.json allows it, else a RuntimeError. AUTO: direct when usable, else POSIX
-# silently. ON: POSIX. Direct I/O is counted in the simulated nvidia-fs stats.
+# silently. ON: POSIX. Direct I/O is counted in the simulated nvidia-fs stats. Like the real
+# kvikio, a pread/pwrite smaller than KVIKIO_GDS_THRESHOLD goes through POSIX whatever the compat
+# mode, is not counted in nvidia-fs stats and never reaches cuFile (so cuFile's log, written
+# when cufile.json sets logging.dir, shows no per-I/O line for it).
 from __future__ import annotations
 
 import json
@@ -55,12 +58,17 @@ class CuFile:
         self._fd = os.open(self._path, _FLAGS[flags], mode)
         self._closed = False
         self._route: str | None = None
+        self._cufile = False  # a cuFile handle is registered (I/O goes through cuFile)
         compat = defaults.compat_mode()
         if compat == defaults.CompatMode.ON:
             return
+        _sim.cufile_log_driver_open()
         route, why = _sim.direct_route(self._path)
+        if route is not None or compat == defaults.CompatMode.OFF:
+            _sim.cufile_log_handle(route, why)
         if route is not None:
             self._route = route
+            self._cufile = True
             return
         if compat == defaults.CompatMode.OFF and not _sim.cufile_settings()["allow_compat_mode"]:
             os.close(self._fd)
@@ -71,6 +79,7 @@ class CuFile:
                 f"cuFile error at: /kvikio/cpp/src/file_handle.cpp:117: cuFileHandleRegister "
                 f"failed for {self._path}: {code} ({why}; allow_compat_mode is false)")
         # otherwise: POSIX (AUTO silently; OFF through cuFile's own compat mode)
+        self._cufile = compat == defaults.CompatMode.OFF
 
     # -- context manager and housekeeping
     def __enter__(self) -> CuFile:
@@ -106,6 +115,19 @@ class CuFile:
                 and size >= defaults.gds_threshold()
                 and size % _ALIGN == 0 and offset % _ALIGN == 0)
 
+    def _log_io(self, kind: str, size: int, offset: int, device: int | None,
+                direct: bool) -> None:
+        """cuFile's per-I/O log lines: kvikio calls cuFile once per task, only for device
+        buffers at or above the GDS threshold."""
+        if not self._cufile or device is None or size < defaults.gds_threshold():
+            return
+        task = max(1, defaults.task_size())
+        done = 0
+        while done < size:
+            n = min(task, size - done)
+            _sim.cufile_log_io(kind, self._route if direct else None, self._fd, n, offset + done)
+            done += n
+
     def _account(self, kind: str, direct: bool, size: int, device: int | None,
                  seconds: float) -> None:
         if direct and self._route == "nvfs":
@@ -128,6 +150,7 @@ class CuFile:
                 raise OSError("short write")
             done += n
         self._account("write", direct, size, device, time.monotonic() - t0)
+        self._log_io("write", size, file_offset, device, direct)
         return IOFuture(done)
 
     def pread(self, buf: object, size: int | None = None, file_offset: int = 0,
@@ -145,6 +168,7 @@ class CuFile:
                 break
             done += n
         self._account("read", direct, done, device, time.monotonic() - t0)
+        self._log_io("read", done, file_offset, device, direct)
         return IOFuture(done)
 
     def write(self, buf: object, size: int | None = None, file_offset: int = 0,

@@ -30,6 +30,10 @@ def _parse(value: object) -> CompatMode:
     raise ValueError(f"unknown compatibility mode: {value!r}")
 
 
+# KVIKIO_GDS_THRESHOLD: calls smaller than this skip cuFile and go through POSIX (real kvikio:
+# cpp/src/file_handle.cpp, "size < gds_threshold"). Default 16 KiB as in kvikio >= 25.04
+# (rapidsai/kvikio cpp/src/defaults.cpp, changed from 1 MiB by PR #596; kvikio 26.10 on the lent
+# H100 reports defaults.get("gds_threshold") == 16384).
 _settings: dict[str, object] = {
     "compat_mode": _parse(os.environ.get("KVIKIO_COMPAT_MODE", "AUTO")),
     "gds_threshold": int(os.environ.get("KVIKIO_GDS_THRESHOLD", str(16 * 1024))),

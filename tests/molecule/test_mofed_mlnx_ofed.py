@@ -78,3 +78,35 @@ def test_the_standin_installer_updates_firmware_unless_told_not_to(node: Node) -
     assert "firmware_update=yes" in node.sh(f"cat {RECORD}")
     bad = node.sim.exec(f"{installer} --with-nvmf --no-such-option", check=False)
     assert bad.returncode == 22 and "Unsupported option: --no-such-option" in bad.stderr
+
+
+# --- DOCA on the same kind of node: the default release, the GDS-table warning, the nvme check
+
+
+@pytest.fixture(scope="module")
+def doca_node(module_sim_node: Callable[..., Any], installed_collection: Path,
+              standin_repo: Any, tmp_path_factory: pytest.TempPathFactory) -> Node:
+    sim = module_sim_node("nvfs", ssh=True)
+    sim.install_repo(standin_repo, doca=False)  # dkms and the kernel headers; DOCA via the role
+    return Node(sim, tmp_path_factory.mktemp("doca"))
+
+
+def test_doca_default_release_warns_outside_the_gds_table_and_checks_nvme(
+    doca_node: Node, standin_repo: Any
+) -> None:
+    variables = {"mofed_flavor": "doca",
+                 "mofed_doca_repo_base_url": f"{standin_repo.base_url}/doca"}
+    proc = doca_node.play("mofed", variables)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # the default release, from its folder in the (stand-in) repository
+    assert "/doca/3.1.0/debian12/x86_64/" in doca_node.sh("cat /etc/apt/sources.list.d/doca.list")
+    assert doca_node.sh("ofed_info -s").strip() == "OFED-internal-25.07-0.9.7:"
+    # Debian is in no GDS support table: said, not refused
+    assert "WARNING: NVIDIA's GDS release notes do not list DOCA 3.1 for Debian" in proc.stdout
+    # the shared nvme check ran its DKMS branch after the install
+    check = "Assert the patched nvme driver is built for the running kernel (DKMS)"
+    assert f"{check}]" in proc.stdout
+    section = proc.stdout.split(f"{check}]", 1)[1].split("TASK [", 1)[0]
+    assert "ok:" in section and "skipping" not in section, section
+    again = doca_node.play("mofed", variables)
+    assert again.returncode == 0 and " changed=0 " in recap(again), again.stdout[-3000:]

@@ -45,13 +45,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--confirm", action="store_true",
                    help="ask before each wave after the canary (needs a terminal)")
     g.add_argument("--allow-reboot", action="store_true",
-                   help="reboot nodes that report a reboot required (playbooks/reboot.yml), "
+                   help="reboot nodes that report a reboot required (gdsfleet.gds.reboot), "
                         "then verify them; without it they end as 'reboot_pending'")
     g.add_argument("--restart", action="store_true",
                    help="abandon an unfinished rollout of this fleet and plan a new one")
 
     c = p.add_argument_group("what runs")
-    c.add_argument("--playbook", metavar="FILE", help="playbook (default playbooks/site.yml)")
+    c.add_argument("--playbook", metavar="FILE|FQCN",
+                   help="playbook file or collection playbook FQCN (default gdsfleet.gds.site, "
+                        "from the installed collection)")
+    c.add_argument("--reboot-playbook", metavar="FILE|FQCN",
+                   help="playbook --allow-reboot runs (default gdsfleet.gds.reboot)")
     c.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                    help="extra variable for the playbook (repeatable)")
     c.add_argument("--no-verify", action="store_true",
@@ -125,14 +129,20 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.json == "-":
         args.quiet = True
-    from provisioner.rollout.adapters import default_playbook
+    from provisioner.rollout import playbooks
+    from provisioner.rollout.adapters import checkout_collections
 
-    playbook = Path(args.playbook) if args.playbook else default_playbook("site.yml")
-    if not playbook.is_file():
-        raise UsageError(f"playbook {str(playbook)!r} does not exist")
-    reboot_pb = default_playbook("reboot.yml")
-    if args.allow_reboot and not reboot_pb.is_file():
-        raise UsageError(f"--allow-reboot needs {str(reboot_pb)!r}, which does not exist")
+    env = playbooks.ansible_env()
+    lab = checkout_collections()
+    if "ANSIBLE_COLLECTIONS_PATH" not in env and lab is not None:
+        # a checkout (editable install): where scripts/install_collection.sh installs it
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(lab)
+    # the installed collection's playbooks by FQCN unless told otherwise; refused here, before
+    # any change, when they cannot be found (the message says how to install the collection)
+    playbook = playbooks.resolve(args.playbook or playbooks.SITE, env=env)
+    reboot_spec = args.reboot_playbook or playbooks.REBOOT
+    if args.allow_reboot:
+        reboot_spec = playbooks.resolve(reboot_spec, env=env).spec
     from provisioner.verify.policy import parse_size
 
     sizes = {}
@@ -157,8 +167,9 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
         "drain": DrainHooks.from_options(args.drain_cmd, args.resume_cmd, args.drain_wait_cmd,
                                          args.drain_timeout, args.drain_poll),
         "extravars": _extravars(args.extra_var),
-        "playbook": playbook,
-        "reboot_playbook": reboot_pb,
+        "playbook": playbook.spec,
+        "reboot_playbook": reboot_spec,
+        "ansible_env": env,
         "sizes": sizes,
     }
 
@@ -210,7 +221,7 @@ def _confirm(wave: Any) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from provisioner.inventory import load_inventory
-    from provisioner.rollout.adapters import REPO, AnsibleProvisioner
+    from provisioner.rollout.adapters import AnsibleProvisioner
     from provisioner.rollout.engine import Engine, RolloutOptions
     from provisioner.rollout.lock import fleet_lock
     from provisioner.rollout.progress import (
@@ -227,10 +238,6 @@ def run(args: argparse.Namespace) -> int:
     fleet = fleet_id(args.inventory)
     location = resolve_ledger(args.ledger, args.inventory)
     verifier = None if args.no_verify else _verifier(args, nodes, checked["sizes"])
-
-    if not os.environ.get("ANSIBLE_COLLECTIONS_PATH") and (REPO / ".lab/collections").is_dir():
-        # where scripts/install_collection.sh installs the built collection
-        os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(REPO / ".lab/collections")
 
     lock = fleet_lock(location, fleet)
     with lock:
@@ -277,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
                 playbook=checked["playbook"],
                 reboot_playbook=checked["reboot_playbook"],
                 forks=args.max_parallel,
+                envvars=checked["ansible_env"],
                 extravars=checked["extravars"],
                 private_data_dir=pdd,
                 events_log=events_log,

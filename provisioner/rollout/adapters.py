@@ -24,10 +24,12 @@ from provisioner.rollout.runner import HostOutcome, run_playbook
 REPO = Path(__file__).resolve().parents[2]
 
 
-def default_playbook(name: str) -> Path:
-    """``<repo>/playbooks/<name>``; GDSFLEET_PLAYBOOK_DIR overrides the folder."""
-    base = os.environ.get("GDSFLEET_PLAYBOOK_DIR")
-    return (Path(base) if base else REPO / "playbooks") / name
+def checkout_collections() -> Path | None:
+    """``.lab/collections`` of the checkout this package runs from (an editable install),
+    where scripts/install_collection.sh installs the built collection; None for a normal
+    install (the package then sits in site-packages, with no checkout around it)."""
+    path = REPO / ".lab" / "collections"
+    return path if (REPO / "galaxy.yml").is_file() and path.is_dir() else None
 
 
 class AnsibleProvisioner:
@@ -38,6 +40,7 @@ class AnsibleProvisioner:
         playbook: str | os.PathLike[str],
         reboot_playbook: str | os.PathLike[str],
         forks: int,
+        envvars: Mapping[str, str] | None = None,
         extravars: Mapping[str, Any] | None = None,
         private_data_dir: str | os.PathLike[str] | None = None,
         events_log: str | os.PathLike[str] | None = None,
@@ -45,8 +48,10 @@ class AnsibleProvisioner:
         timeout: int | None = None,
     ) -> None:
         self.inventory = Path(inventory)
-        self.playbook = Path(playbook)
-        self.reboot_playbook = Path(reboot_playbook)
+        # an FQCN (gdsfleet.gds.site) or a playbook file, given to ansible-playbook as is
+        self.playbook = str(playbook)
+        self.reboot_playbook = str(reboot_playbook)
+        self.envvars = dict(envvars or {})
         self.forks = forks
         self.extravars = dict(extravars or {})
         self.private_data_dir = Path(private_data_dir) if private_data_dir else None
@@ -68,7 +73,7 @@ class AnsibleProvisioner:
             fh.flush()
 
     def _run(
-        self, playbook: Path, kind: str, hosts: Sequence[str], wave: int,
+        self, playbook: str, kind: str, hosts: Sequence[str], wave: int,
         on_host_event: Callable[[str, str, str], None] | None,
     ) -> Mapping[str, HostOutcome]:
         if self.events_log is not None:
@@ -87,6 +92,7 @@ class AnsibleProvisioner:
             list(hosts),
             forks=self.forks,
             extravars=self.extravars,
+            envvars=self.envvars,
             private_data_dir=self.private_data_dir,
             on_host_event=on_event,
             timeout=self.timeout,

@@ -233,11 +233,16 @@ def _slim(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _ansible_bin_dir() -> str | None:
-    """The folder holding ansible-playbook: PATH first, then next to this Python."""
-    if shutil.which("ansible-playbook"):
-        return None
+    """The folder to put first on PATH so that ansible-runner runs the ansible-playbook of the
+    ansible-core installed beside this Python (the one that resolved the collection playbook,
+    see playbooks.resolve), even when the virtual environment is not activated; None when
+    there is none beside it (PATH then decides)."""
     candidate = Path(sys.executable).parent / "ansible-playbook"
-    return str(candidate.parent) if candidate.exists() else None
+    if not candidate.exists():
+        return None
+    if shutil.which("ansible-playbook") == str(candidate):
+        return None
+    return str(candidate.parent)
 
 
 def redact(extravars: Mapping[str, Any]) -> dict[str, Any]:
@@ -266,9 +271,13 @@ def run_playbook(
 
     import ansible_runner  # heavy: imported when a playbook really runs
 
+    from provisioner.rollout.playbooks import FORWARDED_ENV, looks_like_fqcn
+
     if not hosts:
         return PlaybookResult(str(playbook), 0, "successful", {})
-    if not Path(playbook).is_file():
+    # a collection playbook's FQCN (gdsfleet.gds.site) goes to ansible-playbook as it is
+    fqcn = isinstance(playbook, str) and looks_like_fqcn(playbook)
+    if not fqcn and not Path(playbook).is_file():
         raise ProvisionerError(f"playbook {str(playbook)!r} does not exist")
     bindir = _ansible_bin_dir()
     if bindir:
@@ -282,7 +291,7 @@ def run_playbook(
         pdd.mkdir(parents=True, exist_ok=True)
     collector = EventCollector(hosts, on_host_event, keep_events=keep_events)
     env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
-    for key in ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_CONFIG", "ANSIBLE_ROLES_PATH"):
+    for key in FORWARDED_ENV:
         if os.environ.get(key):
             env[key] = os.environ[key]
     env.update(envvars or {})
@@ -290,7 +299,7 @@ def run_playbook(
     try:
         kwargs: dict[str, Any] = {
             "private_data_dir": str(pdd),
-            "playbook": str(Path(playbook).resolve()),
+            "playbook": str(playbook) if fqcn else str(Path(playbook).resolve()),
             "inventory": str(Path(inventory).resolve()),
             "limit": ",".join(hosts),
             "forks": max(1, int(forks)),

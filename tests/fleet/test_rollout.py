@@ -33,6 +33,7 @@ import yaml
 
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
+from tests.harness import lab as labmod
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -68,8 +69,8 @@ def repo_vars(standin_repo: Any) -> Any:
         yield {
             "cuda_repo_base_url": f"{base}/cuda/repos",
             "mofed_doca_repo_base_url": f"{base}/doca",
-            "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/"
-                                       "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz",
+            "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
+            "mofed_mlnx_ofed_tarball_checksum": labmod.standin_tarball_checksum(),
         }
     finally:
         proc.terminate()

@@ -75,6 +75,7 @@ class StandinRepo:
     doca_url: str
     doca_key_url: str
     mlnx_ofed_tarball_url: str
+    mlnx_ofed_tarball_checksum: str
     cuda_key: Path
     doca_key: Path
 
@@ -82,7 +83,9 @@ class StandinRepo:
         """The role variables that point the collection at this repository."""
         return {"cuda_repo_base_url": f"{self.base_url}/cuda/repos",
                 "mofed_doca_repo_base_url": f"{self.base_url}/doca",
-                "mofed_mlnx_ofed_tarball": self.mlnx_ofed_tarball_url}
+                "mofed_mlnx_ofed_tarball": self.mlnx_ofed_tarball_url,
+                # served over plain http on loopback: the role wants the checksum
+                "mofed_mlnx_ofed_tarball_checksum": self.mlnx_ofed_tarball_checksum}
 
 
 def _repo_users() -> Path:
@@ -124,10 +127,10 @@ def standin_repo() -> Iterator[StandinRepo]:
     yield StandinRepo(
         directory=d, base_url=base, cuda_url=f"{base}/{cuda}/",
         cuda_key_url=f"{base}/{cuda}/3bf863cc.pub",
-        doca_url=f"{base}/doca/2.9.1/debian12/x86_64/",
+        doca_url=f"{base}/doca/3.1.0/debian12/x86_64/",
         doca_key_url=f"{base}/doca/GPG-KEY-Mellanox.pub",
-        mlnx_ofed_tarball_url=(f"{base}/mlnx_ofed/"
-                               "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz"),
+        mlnx_ofed_tarball_url=f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
+        mlnx_ofed_tarball_checksum=labmod.standin_tarball_checksum(),
         cuda_key=d / cuda / "3bf863cc.pub", doca_key=d / "doca" / "GPG-KEY-Mellanox.pub")
     with contextlib.suppress(OSError):
         me.unlink()

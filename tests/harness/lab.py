@@ -416,6 +416,11 @@ class Lab:
 
         common = load_lab_group_vars()
         common.update(group_vars or {})
+        if not (group_vars or {}).get("mofed_mlnx_ofed_tarball_checksum"):
+            # the stand-in tarball is served over plain http: the role wants its checksum
+            checksum = standin_tarball_checksum()
+            if checksum:
+                common["mofed_mlnx_ofed_tarball_checksum"] = checksum
         hosts = {}
         for n in nodes:
             hosts[n.name] = {
@@ -434,6 +439,21 @@ class Lab:
 
 _CONNECTION_KEYS = {"ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
                     "ansible_private_key_file", "ansible_ssh_common_args", "ansible_ssh_extra_args"}
+
+
+MLNX_OFED_TARBALL = "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz"
+
+
+def standin_tarball_checksum() -> str:
+    """``sha256:<hex>`` of the built stand-in MLNX_OFED tarball ("" before it is built), for
+    mofed_mlnx_ofed_tarball_checksum: the lab serves the tarball over plain http on loopback,
+    which the mofed role refuses without a checksum."""
+    import hashlib
+
+    tarball = lab_dir() / "standin-repo" / "mlnx_ofed" / MLNX_OFED_TARBALL
+    if not tarball.is_file():
+        return ""
+    return "sha256:" + hashlib.sha256(tarball.read_bytes()).hexdigest()
 
 
 def load_lab_group_vars() -> dict[str, Any]:

@@ -74,6 +74,14 @@ class GdsExpectation:
         return f"/usr/local/cuda-{self.cuda_version}"
 
 
+def _doca_ofed_version(doca_version: str, explicit: Any) -> str:
+    """mofed_doca_ofed_version, or the mofed role's table entry for the DOCA release."""
+    if explicit:
+        return str(explicit)
+    table = yaml.safe_load((ROOT / "roles/mofed/vars/main.yml").read_text())
+    return str(table["_mofed_doca_ofed_versions"].get(doca_version, ""))
+
+
 def _expectation(name: str, hostvars: dict[str, Any]) -> GdsExpectation:
     defaults = _role_defaults()
 
@@ -89,7 +97,8 @@ def _expectation(name: str, hostvars: dict[str, Any]) -> GdsExpectation:
         cuda_version=str(get("cuda_version")),
         nvidia_fs_version=str(get("cuda_nvidia_fs_version")),
         mofed_flavor=str(flavor),
-        doca_ofed_version=str(get("mofed_doca_ofed_version")),
+        doca_ofed_version=_doca_ofed_version(str(get("mofed_doca_version")),
+                                             get("mofed_doca_ofed_version")),
         mlnx_ofed_version=str(get("mofed_mlnx_ofed_version")),
         install_toolkit=bool(get("cuda_install_toolkit")),
         module_params=dict(get("nvidia_fs_module_params") or {}),

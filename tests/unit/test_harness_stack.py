@@ -73,7 +73,7 @@ def test_packages_and_dkms(node) -> None:
     kr = node.exec("uname -r").stdout.strip()
     # nvidia-fs is not pinned here, so it floats to the newest in the repository
     assert f"nvidia-fs/2.26.6, {kr}, x86_64: installed" in status.splitlines()
-    assert node.exec("ofed_info -s").stdout.strip() == "OFED-internal-24.10-1.1.4:"
+    assert node.exec("ofed_info -s").stdout.strip() == "OFED-internal-25.07-0.9.7:"
     assert node.exec("grep -w nvme_v1_register_nvfs_dma_ops /proc/kallsyms").returncode == 0
     assert node.exec("readlink -f /usr/local/cuda").stdout.strip() == "/usr/local/cuda-12.9"
     assert "// NOTE" in node.read("/etc/cufile.json")  # NVIDIA-style, with comments

@@ -5,7 +5,7 @@
 # throw-away GPG key (generated into .lab/standin-repo-gnupg), the repository keys at NVIDIA's
 # and Mellanox's paths, and a stand-in MLNX_OFED tarball. Layout (served by serve.sh):
 #   cuda/repos/debian12/x86_64/        flat repo + 3bf863cc.pub (+ cuda-keyring_1.1-1_all.deb)
-#   doca/2.9.1/debian12/x86_64/        flat repo;  doca/GPG-KEY-Mellanox.pub
+#   doca/3.1.0/debian12/x86_64/        flat repo;  doca/GPG-KEY-Mellanox.pub
 #   mlnx_ofed/MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz
 # Cached: skips the build when its inputs (these scripts, payload/, kernel, port) are unchanged.
 set -euo pipefail
@@ -43,7 +43,7 @@ cuda_key=$(fpr cuda); doca_key=$(fpr doca)
 new=$(mktemp -d "$lab/standin-repo.new.XXXXXX")
 trap 'rm -rf "$new"' EXIT
 cuda_dir=$new/cuda/repos/debian12/x86_64
-doca_dir=$new/doca/2.9.1/debian12/x86_64
+doca_dir=$new/doca/3.1.0/debian12/x86_64
 mkdir -p "$cuda_dir" "$doca_dir"
 gpg --batch --armor --export "$cuda_key" > "$cuda_dir/3bf863cc.pub"
 gpg --batch --armor --export "$doca_key" > "$new/doca/GPG-KEY-Mellanox.pub"
@@ -75,4 +75,4 @@ rm -rf "$out.old"
 mv "$new" "$out"
 rm -rf "$out.old"
 trap - EXIT
-echo "built stand-in repo $out ($inputs): $(ls "$out/cuda/repos/debian12/x86_64"/*.deb | wc -l) CUDA, $(ls "$out/doca/2.9.1/debian12/x86_64"/*.deb | wc -l) DOCA packages"
+echo "built stand-in repo $out ($inputs): $(ls "$out/cuda/repos/debian12/x86_64"/*.deb | wc -l) CUDA, $(ls "$out/doca/3.1.0/debian12/x86_64"/*.deb | wc -l) DOCA packages"

@@ -5,6 +5,7 @@
 # Called by build.sh:  python3 build_debs.py OUTDIR KERNEL CUDA_KEYRING_GPG REPO_URL
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -299,10 +300,11 @@ def ofed_packages(short: str, number: str, long: str, ver: str, flavour: str) ->
 
 
 def doca_packages() -> list[Pkg]:
-    ver = "24.10.OFED.24.10.1.1.4.1-1"
-    pkgs = ofed_packages("OFED-internal-24.10-1.1.4", "24.10-1.1.4", "OFED-24.10-1.1.4", ver,
-                         "DOCA-OFED 2.9.1")
-    pkgs.append(Pkg("doca-ofed", "2.9.1-1", "DOCA-OFED meta-package",
+    # DOCA 3.1.0 carries MLNX_OFED_SRC-25.07-0.9.7.0 (doca/3.1.0/SOURCES/mlnx_ofed/)
+    ver = "25.07.OFED.25.07.0.9.7.1-1"
+    pkgs = ofed_packages("OFED-internal-25.07-0.9.7", "25.07-0.9.7", "OFED-25.07-0.9.7", ver,
+                         "DOCA-OFED 3.1.0")
+    pkgs.append(Pkg("doca-ofed", "3.1.0-1", "DOCA-OFED meta-package",
                     depends=f"mlnx-ofed-kernel-utils (>= {ver}), mlnx-ofed-kernel-dkms (>= {ver})"))
     return pkgs
 
@@ -326,13 +328,17 @@ def mofed_tarball(outdir: Path) -> None:
         outdir.mkdir(parents=True, exist_ok=True)
         subprocess.run(["tar", "--owner=0", "--group=0", "-C", tmp, "-czf",
                         str(outdir / f"{MOFED}.tgz"), MOFED], check=True)
+    # its digest beside it, as NVIDIA's download page lists one: the lab serves the tarball over
+    # plain http on loopback, and the mofed role refuses plain http without a checksum
+    digest = hashlib.sha256((outdir / f"{MOFED}.tgz").read_bytes()).hexdigest()
+    (outdir / f"{MOFED}.tgz.sha256").write_text(f"{digest}  {MOFED}.tgz\n")
 
 
 def main(argv: list[str]) -> int:
     out, kernel, keyring_path, cuda_url = Path(argv[0]), argv[1], Path(argv[2]), argv[3]
     keyring = keyring_path.read_bytes()
     cuda_dir = out / "cuda/repos/debian12/x86_64"
-    doca_dir = out / "doca/2.9.1/debian12/x86_64"
+    doca_dir = out / "doca/3.1.0/debian12/x86_64"
     for pkg in cuda_packages(kernel, keyring, cuda_url):
         if pkg.name == "cuda-keyring":
             build_cuda_keyring(pkg, keyring, cuda_dir)

@@ -1,0 +1,156 @@
+"""Which playbook a rollout runs, found the way ``ansible-playbook`` finds it.
+
+By default the rollout runs the *installed* collection's playbooks by their FQCN
+(``gdsfleet.gds.site``, ``gdsfleet.gds.reboot``), so a wheel-installed ``provisioner`` works
+from any directory: it never looks for files beside its own package. ``--playbook`` takes a
+file path or another FQCN.
+
+An FQCN is resolved before anything changes, by ansible-core's own collection loader run in a
+child process with the environment the playbook run gets (``ANSIBLE_COLLECTIONS_PATH``,
+``ANSIBLE_CONFIG`` and its ``collections_path``, the default paths, and ``ansible_collections``
+folders on the Python path): a collection that is not installed is refused with how to install
+it, instead of every node failing later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from provisioner.errors import UsageError
+
+COLLECTION = "gdsfleet.gds"
+SITE = f"{COLLECTION}.site"
+REBOOT = f"{COLLECTION}.reboot"
+
+# namespace.collection.playbook (playbook names may carry sub-folders as dotted parts)
+_FQCN_RE = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*(\.\w+)+$")
+
+# Passed to the playbook run as they are (see runner.run_playbook).
+FORWARDED_ENV = ("ANSIBLE_COLLECTIONS_PATH", "ANSIBLE_COLLECTIONS_PATHS", "ANSIBLE_CONFIG",
+                 "ANSIBLE_ROLES_PATH", "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH")
+
+_PROBE = r"""
+import json, sys
+out = {"path": None, "collection_dir": None, "search": [], "config": None, "error": None}
+try:
+    from ansible import constants as C
+    from ansible.plugins.loader import init_plugin_loader
+    init_plugin_loader()
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+    from ansible.utils.collection_loader._collection_finder import (
+        _get_collection_playbook_path)
+    out["config"] = C.CONFIG_FILE
+    out["search"] = [str(p) for p in C.COLLECTIONS_PATHS]
+    out["scanned"] = [str(p) for p in AnsibleCollectionConfig.collection_paths]
+    ns, name = sys.argv[1].split(".")[:2]
+    try:
+        import importlib
+        pkg = importlib.import_module(f"ansible_collections.{ns}.{name}")
+        out["collection_dir"] = list(pkg.__path__)[0]
+    except ImportError:
+        pass
+    found = _get_collection_playbook_path(sys.argv[1])
+    if found:
+        out["path"] = found[1]
+except Exception as exc:  # reported to the caller, which refuses with it
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Playbook:
+    """What ``ansible-playbook`` is given (``spec``: an FQCN or an absolute path) and the file."""
+
+    spec: str
+    path: Path
+    fqcn: bool
+
+
+def looks_like_fqcn(spec: str) -> bool:
+    return bool(_FQCN_RE.match(spec)) and not Path(spec).exists()
+
+
+def ansible_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The Ansible settings the playbook run inherits from this process.
+
+    ansible-runner starts ``ansible-playbook`` in its own project folder, where the operator's
+    ``./ansible.cfg`` would not be read: an ``ansible.cfg`` in the current directory is passed
+    on as ``ANSIBLE_CONFIG`` (unless that is set), so the rollout sees what ``ansible-playbook``
+    run from here sees.
+    """
+    src = os.environ if base is None else base
+    env = {k: src[k] for k in FORWARDED_ENV if src.get(k)}
+    if "ANSIBLE_CONFIG" not in env and Path("ansible.cfg").is_file():
+        env["ANSIBLE_CONFIG"] = str(Path("ansible.cfg").resolve())
+    return env
+
+
+def install_hint(fqcn: str) -> str:
+    ns_name = ".".join(fqcn.split(".")[:2])
+    return (
+        f"install the collection {ns_name} where Ansible looks for collections: from a "
+        f"checkout of gdsfleet, `ansible-galaxy collection build` then `ansible-galaxy "
+        f"collection install {ns_name.replace('.', '-')}-<version>.tar.gz` (add `-p DIR` and "
+        f"set ANSIBLE_COLLECTIONS_PATH=DIR for a private path; `scripts/install_collection.sh` "
+        f"does both into .lab/collections), or pass --playbook with a playbook file"
+    )
+
+
+def _probe(fqcn: str, env: dict[str, str], cwd: Path | None) -> dict[str, object]:
+    child_env = {k: v for k, v in os.environ.items() if k not in FORWARDED_ENV}
+    child_env.update(env)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE, fqcn], capture_output=True,
+                              text=True, env=child_env, cwd=cwd, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot ask ansible-core where {fqcn} is: {exc}") from exc
+    try:
+        doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as exc:
+        raise UsageError(f"cannot ask ansible-core where {fqcn} is (exit {proc.returncode}): "
+                         f"{proc.stderr.strip()[-500:]}") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"cannot ask ansible-core where {fqcn} is: {doc!r}")
+    return doc
+
+
+def resolve(spec: str, *, env: dict[str, str] | None = None,
+            run_dir: Path | None = None) -> Playbook:
+    """The playbook ``spec`` names, or UsageError saying how to make it available.
+
+    ``env`` is the Ansible environment of the playbook run (default :func:`ansible_env`);
+    ``run_dir`` the folder the probe runs in (ansible-runner's project folder is not this one).
+    """
+    if not looks_like_fqcn(spec):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise UsageError(f"playbook {spec!r} does not exist (give a playbook file or a "
+                             f"collection playbook's FQCN such as {SITE})")
+        return Playbook(str(path.resolve()), path.resolve(), fqcn=False)
+    env = ansible_env() if env is None else env
+    doc = _probe(spec, env, run_dir)
+    if doc.get("path"):
+        return Playbook(spec, Path(str(doc["path"])), fqcn=True)
+    search = [str(p) for p in doc.get("search") or []]  # type: ignore[attr-defined]
+    where = ", ".join(search) or "none configured"
+    config = doc.get("config") or "none"
+    if doc.get("error"):
+        raise UsageError(f"cannot resolve playbook {spec}: ansible-core failed: {doc['error']}")
+    ns_name = ".".join(spec.split(".")[:2])
+    if doc.get("collection_dir"):
+        raise UsageError(
+            f"playbook {spec}: the collection {ns_name} is installed at "
+            f"{doc['collection_dir']} but has no playbook "
+            f"{spec.split('.', 2)[2]}(.yml|.yaml) in its playbooks/ folder; install a version "
+            f"that ships it, or pass --playbook with a playbook file")
+    raise UsageError(
+        f"playbook {spec}: the collection {ns_name} is not installed where Ansible looks "
+        f"(COLLECTIONS_PATHS: {where}, plus ansible_collections folders on Python's path; "
+        f"config file: {config}). To fix: {install_hint(spec)}")

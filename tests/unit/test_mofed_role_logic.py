@@ -1,0 +1,218 @@
+"""The mofed role's decisions for distributions this machine cannot run (RHEL, Ubuntu).
+
+Only Debian containers run here, so the RHEL and Ubuntu branches are tested through what the
+role computes: ``ansible-playbook`` on localhost runs the role's own ``tasks/assert.yml`` (its
+vars files and input checks) with the node's facts given as ``ansible_facts``, and reports the
+resolved repository URL, the ofed_info version, the GDS support verdict, the packages and the
+mlnxofedinstall arguments. The RHEL check that the patched nvme driver is in place runs the
+role's ``tasks/nvme_check.yml`` against stand-in ``rpm``/``modinfo`` commands on PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+PROBE = """\
+- name: Resolve the mofed role's settings for given facts
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run the role's input checks and load its data
+      ansible.builtin.include_role:
+        name: mofed
+        tasks_from: assert
+        public: true
+    - name: Report what the role resolved
+      ansible.builtin.copy:
+        dest: "{{ out }}"
+        mode: "0644"
+        content: "{{ {'url': __mofed_doca_repo_url, 'ofed': __mofed_doca_ofed_ver,
+                      'supported': __mofed_doca_gds_supported | bool,
+                      'pkgs': __mofed_doca_pkgs, 'args': __mofed_mlnx_ofed_args} | to_json }}"
+      check_mode: false
+"""
+
+NVME_CHECK = """\
+- name: Check the patched nvme driver as the role does after an install
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run the role's check
+      ansible.builtin.include_role:
+        name: mofed
+        tasks_from: nvme_check
+"""
+
+
+def facts(distribution: str, version: str, family: str | None = None) -> dict[str, str]:
+    return {"os_family": family or ("RedHat" if distribution in ("RedHat", "Rocky")
+                                    else "Debian"),
+            "distribution": distribution, "distribution_version": version,
+            "distribution_major_version": version.split(".")[0],
+            "architecture": "x86_64", "kernel": "5.14.0-611.5.1.el9_7.x86_64"}
+
+
+def play(tmp_path: Path, text: str, variables: dict[str, Any],
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    pb = tmp_path / "pb.yml"
+    pb.write_text(text)
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps({"ansible_python_interpreter": sys.executable, **variables}))
+    run_env = dict(os.environ)
+    run_env.update({"ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_NOCOLOR": "1",
+                    "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"})
+    run_env.update(env or {})
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(pb), "-e", f"@{extra}"], capture_output=True, text=True,
+                          env=run_env, timeout=300, check=False, cwd=tmp_path)
+
+
+def resolve(tmp_path: Path, fact: dict[str, str], **variables: Any) -> tuple[dict[str, Any], str]:
+    out = tmp_path / "out.json"
+    proc = play(tmp_path, PROBE, {"ansible_facts": fact, "out": str(out), **variables})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+# ------------------------------------------------------------------------- DOCA default per OS
+@pytest.mark.parametrize(
+    ("fact", "folder", "supported"),
+    [
+        (facts("Ubuntu", "24.04"), "ubuntu24.04", True),
+        (facts("RedHat", "9.6"), "rhel9.6", True),
+        # 3.1 has one folder per minor release; a 9.7 node takes its major release's folder
+        (facts("RedHat", "9.7"), "rhel9.6", True),
+        (facts("Rocky", "9.7"), "rhel9.6", True),
+        (facts("RedHat", "10.0"), "rhel10.0", True),
+        (facts("RedHat", "10.1"), "rhel10.0", True),
+        (facts("Ubuntu", "22.04"), "ubuntu22.04", False),
+        (facts("Debian", "12.11"), "debian12", False),
+        (facts("RedHat", "8.10"), None, False),
+    ],
+)
+def test_doca_default_per_os(tmp_path: Path, fact: dict[str, str], folder: str | None,
+                             supported: bool) -> None:
+    got, stdout = resolve(tmp_path, fact)
+    if folder:
+        assert got["url"] == f"https://linux.mellanox.com/public/repo/doca/3.1.0/{folder}/x86_64/"
+    assert got["ofed"] == "25.07-0.9.7"  # what ofed_info -s reports for DOCA 3.1.0
+    assert got["supported"] is supported
+    warned = "WARNING: NVIDIA's GDS release notes do not list DOCA 3.1" in stdout
+    assert warned is (not supported), stdout[-2000:]
+    rpm = fact["os_family"] == "RedHat"
+    assert got["pkgs"] == (["doca-ofed", "kmod-mlnx-nvme", "kmod-mlnx-nfsrdma"] if rpm
+                           else ["doca-ofed", "mlnx-nvme-dkms", "mlnx-nfsrdma-dkms"])
+
+
+def test_doca_3_2_uses_the_major_release_folder(tmp_path: Path) -> None:
+    got, _ = resolve(tmp_path, facts("RedHat", "9.7"), mofed_doca_version="3.2.0",
+                     mofed_doca_ofed_version="25.10-1.2.3")
+    assert got["url"].endswith("/doca/3.2.0/rhel9/x86_64/")
+    assert got["ofed"] == "25.10-1.2.3"
+    assert got["supported"] is False  # the GDS table lists no 3.2
+
+
+def test_an_unknown_doca_release_needs_its_ofed_version(tmp_path: Path) -> None:
+    proc = play(tmp_path, PROBE, {"ansible_facts": facts("Ubuntu", "24.04"),
+                                  "out": str(tmp_path / "o.json"),
+                                  "mofed_doca_version": "3.2.0"})
+    assert proc.returncode != 0
+    assert "set mofed_doca_ofed_version" in proc.stdout
+    assert not (tmp_path / "o.json").exists()
+
+
+# ------------------------------------------------------------------------------- MLNX_OFED
+MLNX = {"mofed_flavor": "mlnx_ofed",
+        "mofed_mlnx_ofed_tarball": "https://mirror.example.com/MLNX_OFED_LINUX-23.10-2.1.3.1.tgz"}
+
+
+def test_firmware_update_is_opt_in(tmp_path: Path) -> None:
+    got, _ = resolve(tmp_path, facts("Ubuntu", "22.04"), **MLNX)
+    assert "--without-fw-update" in got["args"]
+    got, _ = resolve(tmp_path, facts("Ubuntu", "22.04"), mofed_mlnx_ofed_update_firmware=True,
+                     **MLNX)
+    assert "--without-fw-update" not in got["args"]
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"mofed_mlnx_ofed_extra_args": ["--force-fw-update"]}, "Firmware updates are opt-in"),
+        ({"mofed_mlnx_ofed_update_firmware": True,
+          "mofed_mlnx_ofed_extra_args": ["--without-fw-update"]}, "contradict"),
+        ({"mofed_mlnx_ofed_tarball": "http://mirror.example.com/MLNX_OFED.tgz"},
+         "Use an https:// URL, or set mofed_mlnx_ofed_tarball_checksum"),
+        ({"mofed_mlnx_ofed_tarball": "ftp://mirror.example.com/MLNX_OFED.tgz"},
+         "plain ftp"),
+        ({"mofed_mlnx_ofed_tarball_checksum": "sha256 abc"}, "<algorithm>:<hex digest>"),
+    ],
+)
+def test_mlnx_ofed_refusals(tmp_path: Path, variables: dict[str, Any], message: str) -> None:
+    proc = play(tmp_path, PROBE, {"ansible_facts": facts("Ubuntu", "22.04"),
+                                  "out": str(tmp_path / "o.json"), **MLNX, **variables})
+    assert proc.returncode != 0
+    assert message in proc.stdout, proc.stdout[-3000:]
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_plain_http_with_a_checksum_is_accepted(tmp_path: Path) -> None:
+    got, _ = resolve(tmp_path, facts("Ubuntu", "22.04"), **{
+        **MLNX, "mofed_mlnx_ofed_tarball": "http://127.0.0.1:8470/MLNX_OFED.tgz",
+        "mofed_mlnx_ofed_tarball_checksum": "sha256:" + "ab" * 32})
+    assert got["args"][-1] == "--without-fw-update"
+
+
+# ------------------------------------------------------------- RHEL: the patched nvme driver
+def _standins(tmp_path: Path, rpm_rc: int, module_path: str) -> dict[str, str]:
+    """Stand-in rpm and modinfo (TEST STAND-INS): rpm -q answers rpm_rc, modinfo prints the
+    module path the kernel would resolve."""
+    bindir = tmp_path / "standin-bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "rpm").write_text(
+        "#!/bin/sh\n# TEST STAND-IN for rpm -q\n"
+        f"[ {rpm_rc} -eq 0 ] && echo kmod-mlnx-nvme-25.07-OFED.25.07.0.9.7.1.rhel9u6.x86_64\n"
+        f"[ {rpm_rc} -eq 0 ] || echo 'package kmod-mlnx-nvme is not installed'\nexit {rpm_rc}\n")
+    (bindir / "modinfo").write_text(
+        f"#!/bin/sh\n# TEST STAND-IN for modinfo -k K -F filename nvme\necho '{module_path}'\n")
+    for f in ("rpm", "modinfo"):
+        (bindir / f).chmod(0o755)
+    return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+
+
+K = "5.14.0-611.5.1.el9_7.x86_64"
+
+
+@pytest.mark.parametrize(
+    ("rpm_rc", "module_path", "ok", "message"),
+    [
+        (0, f"/lib/modules/{K}/extra/mlnx-nvme/host/nvme.ko", True, ""),
+        (0, f"/lib/modules/{K}/weak-updates/mlnx-nvme/host/nvme.ko", True, ""),
+        (0, f"/lib/modules/{K}/kernel/drivers/nvme/host/nvme.ko.xz", False,
+         "the kernel resolves the in-tree nvme driver"),
+        (1, f"/lib/modules/{K}/kernel/drivers/nvme/host/nvme.ko.xz", False,
+         "kmod-mlnx-nvme is not installed"),
+    ],
+)
+def test_rhel_checks_the_patched_nvme_driver(tmp_path: Path, rpm_rc: int, module_path: str,
+                                             ok: bool, message: str) -> None:
+    proc = play(tmp_path, NVME_CHECK,
+                {"ansible_facts": facts("RedHat", "9.7"),
+                 "mofed_doca_packages": ["doca-ofed", "kmod-mlnx-nvme", "kmod-mlnx-nfsrdma"],
+                 "__mofed_doca_install": {"changed": True}},
+                env=_standins(tmp_path, rpm_rc, module_path))
+    assert (proc.returncode == 0) is ok, proc.stdout[-3000:]
+    if not ok:
+        assert message in proc.stdout and "compat mode" in proc.stdout, proc.stdout[-3000:]
+    else:
+        assert "Assert the patched nvme driver is built for the running kernel (kmod)" in \
+            proc.stdout

@@ -232,6 +232,21 @@ def test_reconcile_rerun_only_verifies(big: Ctl) -> None:
         assert took < 0.5 * first, (took, first)
 
 
+def test_readme_testinfra_command_on_the_rolled_out_fleet(big: Ctl) -> None:
+    """The README's testinfra command, exactly as printed, against the fleet's inventory (whose
+    key path and SSH options are templated with {{ inventory_dir }}, like the lab's)."""
+    inventory_text = big.inventory.read_text() if big.inventory.is_file() else ""
+    proc = subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "pytest", "tests/infra", "--hosts=ansible://gpu_nodes",
+         f"--ansible-inventory={big.inventory}", "-p", "no:cacheprovider", "-q"],
+        capture_output=True, text=True, env=_env(big.collections), cwd=ROOT, timeout=900,
+        check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:] + "\n--- inventory\n" + inventory_text[-2000:]
+    assert "Could not resolve hostname" not in out
+    assert " passed" in out and " error" not in out.split("\n")[-2]
+
+
 def test_kill_9_mid_wave_then_resume(big: Ctl) -> None:
     names = big.fleet.names[:4]  # type: ignore[attr-defined]
     args = ("--force", "--limit", ":".join(names), "--waves", "1,100%")

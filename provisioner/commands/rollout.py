@@ -125,6 +125,10 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.json == "-":
         args.quiet = True
+    from provisioner.outputs import check_output_path
+
+    check_output_path("--json", args.json)
+    check_output_path("--junit", args.junit, stdout_ok=False)
     from provisioner.rollout.adapters import default_playbook
 
     playbook = Path(args.playbook) if args.playbook else default_playbook("site.yml")

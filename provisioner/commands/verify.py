@@ -12,11 +12,10 @@ import os
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from provisioner.errors import ConnectError, UsageError
+from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
 from provisioner.report import (
@@ -98,6 +97,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--ledger and --no-ledger exclude each other")
     if args.json == "-" and not args.quiet:
         args.quiet = True
+    from provisioner.outputs import check_output_path
+
+    check_output_path("--json", args.json)
+    check_output_path("--junit", args.junit, stdout_ok=False)
 
 
 def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -152,9 +155,12 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any) -> dict[str, Any]:
         return dict(report.to_dict())
     except ConnectError as exc:
         return _unreachable(name, started, t0, str(exc))
-    except Exception as exc:  # a bug: keep the other nodes going, show the traceback
-        tb = traceback.format_exc()
-        sys.stderr.write(f"provisioner verify: internal error on {name}:\n{tb}")
+    except Exception as exc:  # a bug: keep the other nodes going; traceback to the debug log
+        from provisioner.debuglog import one_line, write_traceback
+
+        where = write_traceback(f"provisioner verify: internal error on {name}", exc)
+        sys.stderr.write(f"provisioner verify: internal error on {name} (a bug, please report "
+                         f"it): {one_line(exc)}; traceback in {where or 'no file (unwritable)'}\n")
         return _unreachable(name, started, t0, f"internal error: {exc!r}", internal=True)
     finally:
         close = getattr(runner, "close", None)
@@ -216,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
     started_at = utcnow()
     run_id = ledger.start_run("verify", fleet, recorded) if ledger else new_run_id()
     reports: dict[str, dict[str, Any]] = {}
+    unrecorded: list[str] = []  # nodes whose result the ledger refused (never silent)
+    ledger_errors: list[str] = []
     done = 0
     quiet = args.quiet
 
@@ -227,7 +235,11 @@ def run(args: argparse.Namespace) -> int:
             internal=True)
         reports[res.name] = doc
         if ledger is not None:
-            ledger.record_verification(run_id, doc, step="verified")
+            try:
+                ledger.record_verification(run_id, doc, step="verified")
+            except LedgerError as exc:  # e.g. a full disk: keep going, say so at the end
+                unrecorded.append(res.name)
+                ledger_errors.append(str(exc))
         if not quiet:
             word = node_result(doc)
             why = ""
@@ -258,8 +270,12 @@ def run(args: argparse.Namespace) -> int:
                   Exit.UNREACHABLE: "unreachable"}.get(code, "error")
     finally:
         if ledger is not None:
-            ledger.finish_run(run_id, status)
-            ledger.close()
+            try:
+                ledger.finish_run(run_id, "ledger_error" if unrecorded else status)
+            except LedgerError as exc:  # the run stays open (finished_at NULL) in the ledger
+                ledger_errors.append(str(exc))
+            finally:
+                ledger.close()
 
     policy_dict = policy.to_dict() if hasattr(policy, "to_dict") else None
     doc = build_report(
@@ -277,6 +293,13 @@ def run(args: argparse.Namespace) -> int:
         write_junit(args.junit, doc)
     if args.json != "-":
         render(doc, sys.stdout, details=args.details)
-        if location:
+        if location and not ledger_errors:
             sys.stdout.write(f"recorded in the ledger {display_url(location)} (run {run_id})\n")
+    if ledger_errors:
+        lost = (f"the results of {len(unrecorded)} of {len(reports)} node(s) were NOT recorded: "
+                f"{', '.join(sorted(unrecorded))} (they are in the report above"
+                f"{' and in ' + args.json if args.json and args.json != '-' else ''}); "
+                if unrecorded else "")
+        raise LedgerError(f"{ledger_errors[0]}; {lost}run {run_id} is left open in the ledger; "
+                          f"free space (or fix the ledger) and run the same command again")
     return int(code)

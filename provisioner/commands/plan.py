@@ -82,14 +82,18 @@ def run(args: argparse.Namespace) -> int:
         if ledger is not None:
             ledger.close()
     plan = plan_waves(inventory.names(), args.waves, latest=latest, force=args.force)
+    from provisioner.inventory import selection_problems
+
+    problems = selection_problems(inventory)  # rollout refuses these before anything runs
     doc = plan.to_dict()
+    doc["problems"] = problems
     doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
     if args.json:
         text = json.dumps(doc, indent=2) + "\n"
         if args.json == "-":
             sys.stdout.write(text)
-            return int(Exit.OK)
+            return int(Exit.USAGE) if problems else int(Exit.OK)
         Path(args.json).write_text(text, encoding="utf-8")
 
     from rich.console import Console
@@ -115,4 +119,6 @@ def run(args: argparse.Namespace) -> int:
                    if s.get("step") in ("compliant", "failed", "skipped", "reboot_pending"))
         console.print(f"note: rollout {unfinished} is unfinished ({done}/{len(steps)} node(s) "
                       f"finished); `provisioner rollout` with the same selection resumes it")
-    return int(Exit.OK)
+    for problem in problems:
+        sys.stderr.write(f"provisioner plan: refused by rollout: {problem}\n")
+    return int(Exit.USAGE) if problems else int(Exit.OK)

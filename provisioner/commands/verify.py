@@ -90,9 +90,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--parallel must be at least 1 (got {args.parallel})")
     if args.retries < 0:
         raise UsageError(f"--retries must be 0 or more (got {args.retries})")
-    for name in ("connect_timeout", "io_timeout"):
-        if getattr(args, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    from provisioner.validate import check_seconds
+
+    for name in ("connect_timeout", "io_timeout"):  # NaN, inf and <= 0 are refused
+        check_seconds(f"--{name.replace('_', '-')}", getattr(args, name))
     if args.ledger and args.no_ledger:
         raise UsageError("--ledger and --no-ledger exclude each other")
     if args.json == "-" and not args.quiet:
@@ -105,18 +106,20 @@ def _validate(args: argparse.Namespace) -> None:
 
 def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
     from provisioner.verify.model import IoTestOptions
-    from provisioner.verify.policy import Policy, parse_size
+    from provisioner.verify.policy import Policy
 
     try:
         policy = Policy.from_file(args.policy) if args.policy else Policy.default()
     except (OSError, ValueError) as exc:
         raise UsageError(f"--policy {args.policy}: {exc}") from exc
-    try:
-        size = parse_size(args.io_size) if args.io_size else policy.io_test_size
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"--io-size {args.io_size!r}: {exc}") from exc
+    from provisioner.validate import check_io_size
+
+    # An explicit --io-size wins over everything; else the inventory's gds_verify_io_size
+    # (per node, in verify_node); else the policy's io_test_size.
+    size = check_io_size("--io-size", args.io_size) if args.io_size else policy.io_test_size
     kwargs: dict[str, Any] = {
         "size_bytes": size,
+        "size_explicit": bool(args.io_size),
         "path": args.io_path,
         "timeout_s": args.io_timeout,
         "enabled": not args.no_io_test,
@@ -256,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
                 runner = make(n)
             except ConnectError as exc:
                 return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
-            return verify_one(runner, node_name(n), policy, io)
+            return verify_one(runner, node_name(n), policy,
+                              io.for_node(getattr(n, "verify_io_size", None)))
 
         run_parallel(
             items,

@@ -249,6 +249,7 @@ class Ledger:
             if url.get_backend_name() == "sqlite" and read_only:
                 engine = _sqlite_read_only_engine(url, shown)
             elif url.get_backend_name() == "sqlite":
+                _preflight_sqlite(cls, url, shown)  # a foreign file is refused untouched
                 engine = create_engine(
                     url,
                     connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
@@ -754,6 +755,24 @@ def _text(value: Any) -> str | None:
 def _short(exc: BaseException) -> str:
     msg = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return msg[0] if msg else type(exc).__name__
+
+
+def _preflight_sqlite(cls: type[Ledger], url: Any, shown: str) -> None:
+    """Before the writer opens an existing SQLite file (and switches it to WAL, which rewrites
+    its header), check read-only that it is empty or a ledger of a known schema version."""
+    database = str(url.database or "")
+    if not database or database == ":memory:":
+        return
+    path = Path(database)
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    engine = _sqlite_read_only_engine(url, shown)
+    try:
+        probe = cls(engine, shown)
+        with probe._read() as conn:
+            probe._schema_version(conn, set(inspect(conn).get_table_names()))
+    finally:
+        engine.dispose()
 
 
 def _sqlite_read_only_engine(url: Any, shown: str) -> Engine:

@@ -226,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
     run_id = ledger.start_run("verify", fleet, recorded) if ledger else new_run_id()
     reports: dict[str, dict[str, Any]] = {}
     unrecorded: list[str] = []  # nodes whose result the ledger refused (never silent)
+    left_open = False
     ledger_errors: list[str] = []
     done = 0
     quiet = args.quiet
@@ -278,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
                 ledger.finish_run(run_id, "ledger_error" if unrecorded else status)
             except LedgerError as exc:  # the run stays open (finished_at NULL) in the ledger
                 ledger_errors.append(str(exc))
+                left_open = True
             finally:
                 ledger.close()
 
@@ -304,6 +306,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{', '.join(sorted(unrecorded))} (they are in the report above"
                 f"{' and in ' + args.json if args.json and args.json != '-' else ''}); "
                 if unrecorded else "")
-        raise LedgerError(f"{ledger_errors[0]}; {lost}run {run_id} is left open in the ledger; "
-                          f"free space (or fix the ledger) and run the same command again")
+        run_state = ("is left open in the ledger" if left_open
+                     else "is closed in the ledger as 'ledger_error'")
+        raise LedgerError(f"{ledger_errors[0]}; {lost}run {run_id} {run_state}; free space (or "
+                          f"fix the ledger) and run the same command again")
     return int(code)

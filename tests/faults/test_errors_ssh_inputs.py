@@ -301,7 +301,13 @@ def test_full_disk_during_verify_is_loud_and_the_run_stays_open(
 
     def fake_verify_one(_runner: Any, name: str, _policy: Any, _io: Any) -> dict[str, Any]:
         names.append(name)
-        if len(names) == 2:  # the disk fills up while the run is under way
+        if len(names) == 2:  # the disk fills up while the run is under way, once n1 is in
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+                    if c.execute("SELECT count(*) FROM verifications").fetchone()[0]:
+                        break
+                time.sleep(0.05)
             with open(filler, "wb") as fh, pytest.raises(OSError):
                 while True:
                     fh.write(b"\0" * 65536)

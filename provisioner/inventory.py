@@ -310,6 +310,8 @@ def selection_problems(
     problems: list[str] = []
     seen: dict[tuple[str, int], str] = {}
     for n in inventory.nodes:
+        if n.connection == "local":  # no address: the controller itself
+            continue
         key = (n.address.lower(), n.port)
         if key in seen:
             problems.append(

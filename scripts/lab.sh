@@ -24,6 +24,19 @@ if ! [[ "$nodes" =~ ^[1-8]$ ]]; then
   echo "lab.sh: LAB_NODES must be 1 to 8 (the inventory's nodes), not '$nodes'" >&2
   exit 64
 fi
+# The lab inventory points the roles at the stand-in repository on 127.0.0.1:8470; a session
+# that serves it elsewhere (GDSFLEET_REPO_PORT) passes the URLs as extra variables.
+repo_port=${GDSFLEET_REPO_PORT:-8470}
+repo_args=()
+repo_shown=""
+if [ "$repo_port" != 8470 ]; then
+  base="http://127.0.0.1:$repo_port"
+  tarball=$(sed -n 's|^mofed_mlnx_ofed_tarball: http://127.0.0.1:8470/||p' \
+    inventories/lab/group_vars/all/repositories.yml)
+  repo_args=(-e "cuda_repo_base_url=$base/cuda/repos" -e "mofed_doca_repo_base_url=$base/doca"
+             -e "mofed_mlnx_ofed_tarball=$base/$tarball")
+  repo_shown=" ${repo_args[*]}"
+fi
 limit_args=()
 limit_shown=""
 if [ "$nodes" -lt 8 ]; then
@@ -61,8 +74,12 @@ say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-heade
 # which the roles configure only after DOCA needs them. molecule/gds_nvfs/prepare.yml installs
 # the two stand-in packages directly (test harness only; the rollout itself is unchanged).
 mkdir -p .lab
-if ! ansible-playbook -i inventories/lab "${limit_args[@]}" molecule/gds_nvfs/prepare.yml \
-    >.lab/prepare.log 2>&1; then
+prepare_args=("${repo_args[@]}")
+if [ "$repo_port" != 8470 ]; then
+  prepare_args+=(-e "__standin=http://127.0.0.1:$repo_port/cuda/repos/debian12/x86_64")
+fi
+if ! ansible-playbook -i inventories/lab "${limit_args[@]}" "${prepare_args[@]}" \
+    molecule/gds_nvfs/prepare.yml >.lab/prepare.log 2>&1; then
   echo "lab.sh: the prepare step failed; the end of .lab/prepare.log:" >&2
   tail -n 25 .lab/prepare.log >&2
   exit 1
@@ -77,7 +94,8 @@ set +e
 trap - ERR  # the rollout's exit code is reported below, not as a failed step
 # --allow-reboot: DOCA's patched NVMe driver needs a reboot; the simulated nodes "reboot"
 # (ansible.builtin.reboot works against them: the harness restarts their init and boot_id).
-provisioner rollout -i inventories/lab "${limit_args[@]}" --ledger "$ledger" \
+provisioner rollout -i inventories/lab "${limit_args[@]}" "${repo_args[@]}" \
+  --ledger "$ledger" \
   --io-size "${LAB_IO_SIZE:-64M}" \
   --allow-reboot \
   --json "$root/.lab/rollout-report.json" --junit "$root/.lab/rollout-report.xml" "$@"
@@ -90,7 +108,7 @@ provisioner status --ledger "$ledger" || true
 cat <<EOF
 
 The simulated lab is still up (provisioner rollout exited $rc; reports in .lab/rollout-report.*).
-  run it again (reconcile, fast):  .venv/bin/provisioner rollout -i inventories/lab$limit_shown
+  run it again (reconcile, fast):  .venv/bin/provisioner rollout -i inventories/lab$limit_shown$repo_shown
   verify the nodes yourself:       .venv/bin/provisioner verify -i inventories/lab$limit_shown
   the ledger, node by node:        .venv/bin/provisioner status --ledger .lab/ledger.sqlite
                                    .venv/bin/provisioner history gdsfleet-lab-01 --ledger .lab/ledger.sqlite

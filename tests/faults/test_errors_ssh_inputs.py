@@ -395,6 +395,24 @@ def test_silent_ssh_server_is_no_banner_with_retry_and_no_traceback(
     assert "Traceback" not in err and "paramiko" not in err.lower() and err == ""
 
 
+def test_silent_ssh_server_through_verify(silent_server: SilentServer, tmp_path: Path,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """The same fault through the command: the node is UNREACHABLE with 'no SSH banner', the
+    run ends with exit 2, and stderr holds progress and no paramiko traceback."""
+    inv = inventory(tmp_path, "all:\n  children:\n    gpu_nodes:\n      hosts:\n"
+                              f"        n1: {{ansible_host: 127.0.0.1, ansible_port: "
+                              f"{silent_server.port}, ansible_user: root}}\n")
+    report = tmp_path / "r.json"
+    code = main(["verify", "-i", str(inv), "--no-ledger", "--ssh-config", "none",
+                 "--connect-timeout", "0.4", "--retries", "1", "--json", str(report)])
+    time.sleep(0.3)
+    _out, err = capfd.readouterr()
+    assert code == Exit.UNREACHABLE
+    node = json.loads(report.read_text())["nodes"][0]
+    assert node["reachable"] is False and "no SSH banner within 0.6s after 2" in node["error"]
+    assert "Traceback" not in err and "Error reading SSH protocol banner" not in err
+
+
 def test_missing_inventory_key_is_an_error_for_that_node(silent_server: SilentServer,
                                                          tmp_path: Path) -> None:
     from provisioner.inventory import Node

@@ -1,8 +1,9 @@
 """Report paths (``--json``, ``--junit``) are checked before any work starts.
 
 A run that verified or provisioned every node and then cannot write its report has wasted the
-operator's time (and used to end in a traceback): the directory must exist and take a new file,
-and an existing target must be a writable regular file, before the first node is touched.
+operator's time (and used to end in a traceback): before the first node is touched, an existing
+target must be a writable regular file, and otherwise the nearest existing directory on its
+path must take a new file (the writers create the missing directories below it).
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ def check_output_path(option: str, value: str | None, *, stdout_ok: bool = True)
     path = Path(value).expanduser()
     if path.is_dir():
         raise UsageError(f"{option} {value}: is a directory; give a file name")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(
-            f"{option} {value}: the directory {str(parent)!r} does not exist; create it first or "
-            f"choose another path"
-        )
     if path.exists():
         if not path.is_file():
             raise UsageError(f"{option} {value}: is not a regular file")
@@ -40,6 +35,14 @@ def check_output_path(option: str, value: str | None, *, stdout_ok: bool = True)
         except OSError as exc:
             raise UsageError(f"{option} {value}: cannot be written ({exc.strerror})") from exc
         return
+    # The report writers create missing directories: find the nearest one that exists.
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(
+            f"{option} {value}: {str(parent)!r} is not a directory; choose another path"
+        )
     # Probe with a temporary file: os.access() says yes to root even on a read-only mount.
     try:
         fd, probe = tempfile.mkstemp(prefix=".gdsfleet-probe-", dir=parent)

@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json == "-":
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text, encoding="utf-8")
 
     from rich.console import Console

@@ -192,7 +192,7 @@ def test_no_traceback_from_a_real_process(tmp_path: Path) -> None:
     for argv, want in (
         (["status", "--ledger", str(bad)], Exit.LEDGER),
         (["verify", "--local", "--no-io-test", "--ledger", str(tmp_path / "l.sqlite"),
-          "--json", str(tmp_path / "missing-dir" / "r.json")], Exit.USAGE),
+          "--json", str(bad / "r.json")], Exit.USAGE),
     ):
         r = subprocess.run(exe + argv, capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == want, r.stderr
@@ -209,7 +209,8 @@ def test_report_path_checked_before_any_work(capsys: pytest.CaptureFixture[str],
     touched: list[str] = []
     monkeypatch.setattr(verify, "verify_one", lambda *a, **k: touched.append("node") or {})
     ledger = tmp_path / "ledger.sqlite"
-    for target in (tmp_path / "no-such-dir" / "r.out", tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    for target in (tmp_path / "a-file" / "r.out", tmp_path):
         code, _, err = cli(capsys, "verify", "-i", str(inventory(tmp_path)), "--ledger",
                            str(ledger), option, str(target))
         # before: every node verified and recorded, then a traceback on the report path
@@ -222,10 +223,11 @@ def test_report_path_checked_before_any_work(capsys: pytest.CaptureFixture[str],
 def test_plan_and_rollout_check_report_paths(capsys: pytest.CaptureFixture[str],
                                              tmp_path: Path) -> None:
     inv = str(inventory(tmp_path))
+    # a missing directory is fine (the writers create it); a path below a file is not
     for cmd in (["plan"], ["rollout"]):
         code, _, err = cli(capsys, *cmd, "-i", inv, "--ledger", str(tmp_path / "l.sqlite"),
-                           "--json", str(tmp_path / "nope" / "plan.json"))
-        assert code == Exit.USAGE and "does not exist" in err
+                           "--json", str(tmp_path / "hosts.yml" / "plan.json"))
+        assert code == Exit.USAGE and "is not a directory" in err
     assert not (tmp_path / "l.sqlite").exists()
 
 
@@ -635,3 +637,21 @@ def test_full_disk_during_rollout_leaves_it_resumable_and_loses_nothing(
         assert sorted(states) == sorted(NODES)
         assert all(s["compliant"] for s in states.values())
         assert led.last_unfinished_run("rollout", "fleet-x") is None
+
+
+def test_report_path_on_a_read_only_filesystem_is_refused_first(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, tmpfs: Any) -> None:
+    mnt = tmpfs("1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+    ledger = tmp_path / "l.sqlite"
+    code, _, err = cli(capsys, "verify", "-i", str(inventory(tmp_path)), "--ledger", str(ledger),
+                       "--json", str(mnt / "reports" / "r.json"))
+    assert code == Exit.USAGE and "does not take new files" in err  # root ignores modes
+    assert not ledger.exists()
+
+
+def test_missing_report_directory_is_created_not_refused(tmp_path: Path) -> None:
+    from provisioner.outputs import check_output_path
+
+    check_output_path("--json", str(tmp_path / "new" / "dir" / "r.json"))
+    assert not (tmp_path / "new").exists()  # the check itself creates nothing

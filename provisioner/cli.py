@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
 from provisioner import __version__
 from provisioner.commands import COMMANDS
-from provisioner.errors import ProvisionerError
+from provisioner.debuglog import report_internal
+from provisioner.errors import ProvisionerError, mask_url_credentials
 from provisioner.exitcodes import Exit
 
 _HELP = {
@@ -51,11 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_missing", False):
         print(f"provisioner: '{args.command}' is not available in this build", file=sys.stderr)
         return int(Exit.USAGE)
-    mod = importlib.import_module(f"provisioner.commands.{args._module}")
+    prog = f"provisioner {args.command}"
+    _quiet_library_loggers()
     try:
+        mod = importlib.import_module(f"provisioner.commands.{args._module}")
         return int(mod.run(args))
     except ProvisionerError as exc:
-        print(f"provisioner {args.command}: error: {exc}", file=sys.stderr)
+        message = mask_url_credentials(" ".join(str(exc).split()) or type(exc).__name__)
+        print(f"{prog}: error: {message}", file=sys.stderr)
         code = getattr(exc, "exit_code", 1)
         return int(code)
     except KeyboardInterrupt:
@@ -65,6 +71,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return int(Exit.INTERRUPTED)
+    except BrokenPipeError:  # `provisioner status | head`: not an error of ours
+        with contextlib.suppress(OSError):
+            sys.stderr.close()
+        return int(Exit.OK)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
+        report_internal(prog, exc)
+        return int(Exit.INTERNAL)
+
+
+def _quiet_library_loggers() -> None:
+    """Libraries that log exceptions (paramiko's transport thread logs a full traceback for a
+    host that never sends an SSH banner) must not reach stderr through Python's last-resort
+    handler: our own errors say what happened, in one line."""
+    for name in ("paramiko",):
+        log = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+            log.addHandler(logging.NullHandler())
+        log.propagate = False
 
 
 if __name__ == "__main__":  # pragma: no cover

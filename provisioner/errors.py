@@ -7,6 +7,15 @@ of these at the boundary where they happen.
 
 from __future__ import annotations
 
+import re
+
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):[^@\s/]*@")
+
+
+def mask_url_credentials(text: str) -> str:
+    """``scheme://user:secret@host`` -> ``scheme://user:***@host`` anywhere in ``text``."""
+    return _URL_CREDENTIALS.sub(r"\1:***@", text)
+
 
 class ProvisionerError(Exception):
     """Base class: an error with an operator-facing message."""
@@ -47,7 +56,11 @@ class CheckError(ProvisionerError):
 
 
 class LedgerError(ProvisionerError):
-    """The compliance ledger cannot be opened or written."""
+    """The compliance ledger cannot be opened, read or written (unreachable server, corrupt
+    or foreign file, unknown schema version, full disk). Exit 74 (sysexits ``EX_IOERR``): not
+    a statement about any node, so never 1 ("not compliant")."""
+
+    exit_code = 74
 
 
 class LockHeld(ProvisionerError):

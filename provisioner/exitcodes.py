@@ -11,6 +11,7 @@ class Exit(IntEnum):
     UNREACHABLE = 2  # at least one node could not be reached (takes precedence over 1)
     ABORTED = 3  # a rollout stopped on a gate, a failure budget or a person's "no"
     USAGE = 64  # bad command line, inventory, variables or configuration; nothing ran
-    INTERNAL = 70  # a bug: please report it with the traceback printed
+    INTERNAL = 70  # a bug: one line on stderr, the traceback in the debug log it names
+    LEDGER = 74  # the ledger cannot be opened, read or written (sysexits EX_IOERR)
     LOCKED = 75  # another rollout holds the fleet lock; nothing ran
     INTERRUPTED = 130  # Ctrl-C; the ledger holds where it stopped, run the same command again

@@ -58,6 +58,9 @@ class Node:
     connection: str = "ssh"
     groups: tuple[str, ...] = ()
     vars: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # gds_verify_io_size from the inventory (bytes): the I/O test size of this node when
+    # --io-size is not given (the lab's 512 MiB disks cannot hold the 1 GiB default).
+    verify_io_size: int | None = None
 
     def ssh_option(self, name: str) -> str | None:
         """Value of an ``-o Name=value`` option from ``ansible_ssh_common_args``/extra args."""
@@ -172,7 +175,9 @@ def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any
                     f"inventory host {name!r}: {var}={value!r} holds shell command "
                     f"substitution or a newline; these variables reach the node's shell"
                 )
+    io_size = _verify_io_size(name, hostvars.get("gds_verify_io_size"))
     return Node(
+        verify_io_size=io_size,
         name=name,
         address=address,
         port=port,
@@ -183,6 +188,19 @@ def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any
         groups=tuple(sorted(groups)),
         vars=dict(hostvars),
     )
+
+
+def _verify_io_size(host: str, value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    from provisioner.errors import UsageError
+    from provisioner.validate import check_io_size
+
+    try:
+        return check_io_size("gds_verify_io_size", value)
+    except UsageError as exc:
+        raise InventoryError(f"inventory host {host!r}: {exc}; fix it in group_vars/ or "
+                             f"host_vars/") from None
 
 
 def load_inventory(
@@ -205,6 +223,7 @@ def load_inventory(
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
+    _init_ansible_plugins()
     loader = DataLoader()
     try:
         manager = InventoryManager(loader=loader, sources=[str(path)], parse=False)
@@ -240,12 +259,18 @@ def load_inventory(
             wanted = {k: hv[k] for k in hv if k in _CONN_VARS or k.startswith(
                 ("gds_", "cuda_", "mofed_", "nvme_", "nvidia_fs_", "cufile_", "preflight_",
                  "gdsfleet_"))}
-            try:
-                rendered = templar.template(wanted)
-            except AnsibleError as exc:
-                raise InventoryError(
-                    f"inventory host {host.name!r}: variables cannot be templated: {exc}"
-                ) from exc
+            rendered: dict[str, Any] = {}
+            for key, value in wanted.items():
+                try:
+                    rendered[key] = templar.template(value)
+                except AnsibleError as exc:
+                    if key in _CONN_VARS or key in _NEEDED_VARS:
+                        raise InventoryError(
+                            f"inventory host {host.name!r}: {key} cannot be templated: {exc}"
+                        ) from exc
+                    # A role variable the provisioner does not use (e.g. a lookup of a file
+                    # only the controller's playbook run sees): keep it as written.
+                    rendered[key] = value
             groups = [g.name for g in host.get_groups() if g.name not in ("all", "ungrouped")]
             nodes.append(_node_from_vars(host.name, groups, rendered))
     else:
@@ -253,6 +278,24 @@ def load_inventory(
             groups = [g.name for g in host.get_groups() if g.name not in ("all", "ungrouped")]
             nodes.append(_node_from_vars(host.name, groups, dict(host.vars)))
     return Inventory(source=str(path), nodes=tuple(nodes))
+
+
+_PLUGINS_READY = False
+# Role variables the provisioner itself reads (the rest are only passed on to Ansible).
+_NEEDED_VARS = ("gds_route", "gds_target", "gds_verify_io_size", "gds_mount")
+
+
+def _init_ansible_plugins() -> None:
+    """Install ansible-core's collection loader once, as its own CLIs do at start: without it
+    an inventory that uses a lookup (``lookup('ansible.builtin.file', ...)``,
+    ``lookup('env', ...)``) cannot be templated outside ansible-playbook."""
+    global _PLUGINS_READY
+    if _PLUGINS_READY:
+        return
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+    _PLUGINS_READY = True
 
 
 def _parse_strict(manager: Any, source: str) -> None:
@@ -271,3 +314,57 @@ def _parse_strict(manager: Any, source: str) -> None:
     finally:
         C.INVENTORY_UNPARSED_IS_FAILED = old_unparsed
         C.INVENTORY_ANY_UNPARSED_IS_FAILED = old_any
+
+
+SITE_TARGET_DEFAULT = "gpu_nodes"
+
+
+def selection_problems(
+    inventory: Inventory, target_pattern: str | None = SITE_TARGET_DEFAULT
+) -> list[str]:
+    """What makes a selection unsafe to roll out, found before anything runs:
+
+    * two host names with the same address and port (the same machine would be provisioned
+      twice, concurrently, and recorded under two names);
+    * a selected node the site playbook does not target (``hosts: gds_target``, default
+      ``gpu_nodes``): it would be planned as "provision + verify", skipped by the playbook, then
+      fail in the canary's verification.
+
+    ``target_pattern`` None skips the second check (a playbook of the operator's own).
+    """
+    problems: list[str] = []
+    seen: dict[tuple[str, int], str] = {}
+    for n in inventory.nodes:
+        if n.connection == "local":  # no address: the controller itself
+            continue
+        key = (n.address.lower(), n.port)
+        if key in seen:
+            problems.append(
+                f"hosts {seen[key]!r} and {n.name!r} have the same address and port "
+                f"({n.address}:{n.port}); give each machine one inventory name"
+            )
+        else:
+            seen[key] = n.name
+    if target_pattern:
+        targeted = hosts_matching(inventory.source, target_pattern)
+        outside = [n.name for n in inventory.nodes if n.name not in targeted]
+        if outside:
+            problems.append(
+                f"{', '.join(outside)} not in {target_pattern!r}, the hosts the site playbook "
+                f"targets (gds_target): add them to the group, or leave them out with --limit"
+            )
+    return problems
+
+
+def hosts_matching(source: str | os.PathLike[str], pattern: str) -> set[str]:
+    """Names of the inventory's hosts that an Ansible host pattern selects."""
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    try:
+        manager = InventoryManager(loader=DataLoader(), sources=[str(source)], parse=False)
+        _parse_strict(manager, str(source))
+        return {h.name for h in manager.get_hosts(pattern)}
+    except AnsibleError as exc:
+        raise InventoryError(f"host pattern {pattern!r}: {exc}") from exc

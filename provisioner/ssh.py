@@ -34,6 +34,7 @@ import errno
 import fcntl
 import getpass
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -55,6 +56,13 @@ from provisioner.inventory import Node
 from provisioner.verify.model import CommandResult
 
 T = TypeVar("T")
+
+# paramiko's transport thread logs every handshake failure with a full traceback; with no
+# handler configured, Python's last-resort handler would print it on stderr. Our own error
+# says what happened, in one line.
+_PARAMIKO_LOG = logging.getLogger("paramiko")
+_PARAMIKO_LOG.addHandler(logging.NullHandler())
+_PARAMIKO_LOG.propagate = False
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -497,6 +505,13 @@ class SSHRunner:
         if self._client is not None and self._transport_active():
             return
         self.close()
+        missing_key = self._missing_inventory_key()
+        if missing_key:
+            # Never fall back to whatever ~/.ssh or the agent offers: the inventory named a key.
+            raise ConnectError(
+                f"{self.node.name}: ansible_ssh_private_key_file {missing_key} does not exist; "
+                f"fix the path in the inventory (host_vars/ or group_vars/) or create the key"
+            )
 
         def attempt() -> None:
             self.connect_attempts += 1
@@ -514,7 +529,22 @@ class SSHRunner:
                 max_delay=self.settings.retry_max_delay_s,
             )
         except Exception as exc:
-            raise describe_error(self.node.name, self.target, exc) from None
+            err = describe_error(self.node.name, self.target, exc)
+            if _is_banner_error(exc):
+                err = ConnectError(
+                    f"{self.node.name} ({self.target.describe()}): no SSH banner within "
+                    f"{self.settings.banner_timeout:g}s after {self.connect_attempts} attempt(s): "
+                    f"the port accepts TCP but nothing there speaks SSH (a wrong ansible_port, "
+                    f"a proxy or firewall holding the connection, or an overloaded sshd)",
+                    transient=True,
+                )
+            raise err from None
+
+    def _missing_inventory_key(self) -> str | None:
+        key = self.node.key_file
+        if key and not os.path.isfile(os.path.expanduser(key)):
+            return os.path.expanduser(key)
+        return None
 
     def _transport_active(self) -> bool:
         t = self._client.get_transport() if self._client else None
@@ -564,12 +594,18 @@ class SSHRunner:
 
     def _connect_client(self, client: paramiko.SSHClient, target: Target, sock: Any) -> None:
         key_files = [k for k in target.key_files if os.path.isfile(k)]
+        if sock is None:
+            # The TCP connect is ours, bounded by connect_timeout; paramiko's ``timeout`` then
+            # bounds only the SSH handshake. Given the TCP timeout, paramiko would stop waiting
+            # for the handshake after connect_timeout, before its own banner timeout, and fail
+            # with "No existing session" on a host that accepts TCP but never speaks SSH.
+            sock = open_socket(target.hostname, target.port, self.settings.connect_timeout)
         client.connect(
             target.hostname,
             port=target.port,
             username=target.user,
             key_filename=key_files or None,  # type: ignore[arg-type]  # str or list
-            timeout=self.settings.connect_timeout,
+            timeout=self.settings.banner_timeout + self.settings.connect_timeout,
             banner_timeout=self.settings.banner_timeout,
             auth_timeout=self.settings.auth_timeout,
             channel_timeout=self.settings.channel_timeout,
@@ -663,6 +699,34 @@ class SSHRunner:
             stderr=b"".join(err).decode("utf-8", "replace"),
             duration_s=time.monotonic() - t0,
         )
+
+
+def _is_banner_error(exc: BaseException) -> bool:
+    return isinstance(exc, paramiko.SSHException) and (
+        "Error reading SSH protocol banner" in str(exc)
+    )
+
+
+def open_socket(hostname: str, port: int, timeout: float) -> socket.socket:
+    """TCP connect to the first address that answers, as paramiko does, bounded by ``timeout``.
+
+    Refused or unreachable on every address raises paramiko's ``NoValidConnectionsError`` (a
+    transient error); any other socket error (a timeout, a resolution failure) propagates.
+    """
+    errors: dict[tuple[Any, ...], OSError] = {}
+    infos = socket.getaddrinfo(hostname, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    for family, socktype, proto, _name, addr in infos:
+        sock = socket.socket(family, socktype, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH):
+                raise
+            errors[tuple(addr)] = exc
+    raise paramiko.ssh_exception.NoValidConnectionsError(errors)
 
 
 def _with_env(command: str, env: dict[str, str] | None) -> str:

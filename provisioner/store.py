@@ -30,7 +30,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     update,
 )
@@ -225,18 +226,30 @@ class Ledger:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, url_or_path: str | os.PathLike[str]) -> Ledger:
-        """Open (and create or upgrade) the ledger at a path (SQLite) or a SQLAlchemy URL."""
+    def open(cls, url_or_path: str | os.PathLike[str], *, read_only: bool = False) -> Ledger:
+        """Open (and create or upgrade) the ledger at a path (SQLite) or a SQLAlchemy URL.
+
+        ``read_only`` (``status``, ``history``, ``plan``): never create a file, a directory, a
+        schema or a row; a missing SQLite file is an error; SQLite is opened ``mode=ro`` (and
+        ``immutable`` on a read-only filesystem, where no writer can exist). Either way a file
+        that is not a gdsfleet ledger (corrupt, another application's database) or a schema
+        version this provisioner does not know is refused with :class:`LedgerError`.
+        """
         target = str(url_or_path)
         shown = display_url(target)
+        engine: Engine | None = None
         try:
             if "://" in target:
                 url = make_url(target)
             else:
                 path = Path(target).expanduser()
-                path.parent.mkdir(parents=True, exist_ok=True)
+                if not read_only:
+                    path.parent.mkdir(parents=True, exist_ok=True)
                 url = make_url(f"sqlite:///{path.resolve()}")
-            if url.get_backend_name() == "sqlite":
+            if url.get_backend_name() == "sqlite" and read_only:
+                engine = _sqlite_read_only_engine(url, shown)
+            elif url.get_backend_name() == "sqlite":
+                _preflight_sqlite(cls, url, shown)  # a foreign file is refused untouched
                 engine = create_engine(
                     url,
                     connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
@@ -247,8 +260,17 @@ class Ledger:
             else:
                 engine = create_engine(url, pool_size=8, max_overflow=56, pool_pre_ping=True)
             ledger = cls(engine, shown)
-            ledger._create()
+            if read_only:
+                ledger._check_read_only()
+            else:
+                ledger._create()
+        except LedgerError:
+            if engine is not None:
+                engine.dispose()
+            raise
         except (SQLAlchemyError, OSError, ArgumentError, ModuleNotFoundError) as exc:
+            if engine is not None:
+                engine.dispose()
             raise LedgerError(
                 f"cannot open the ledger {shown}: {_short(exc)}; pass --ledger PATH|URL or set "
                 f"{ENV_LEDGER}"
@@ -264,22 +286,67 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _schema_version(self, conn: Connection, tables: set[str]) -> int | None:
+        """The ledger's schema version; None for an empty database (a new ledger).
+
+        Refuses a database holding other tables but no ``ledger_meta`` (not a gdsfleet ledger)
+        and a version that is not an integer this provisioner knows.
+        """
+        if not tables:
+            return None
+        if "ledger_meta" not in tables:
+            names = ", ".join(sorted(tables)[:5]) + (" ..." if len(tables) > 5 else "")
+            raise LedgerError(
+                f"{self.location} is not a gdsfleet ledger (it holds the tables {names} but no "
+                f"ledger_meta); it was left untouched: pass --ledger with the ledger's path or "
+                f"URL, or a new file"
+            )
+        row = conn.execute(
+            select(ledger_meta.c.value).where(ledger_meta.c.key == "schema_version")
+        ).first()
+        raw = None if row is None else str(row[0]).strip()
+        try:
+            version = int(raw) if raw is not None else None
+        except ValueError:
+            version = None
+        if version is None or version < 1:
+            raise LedgerError(
+                f"the ledger {self.location} has an unknown schema version {raw!r} (this "
+                f"provisioner writes {SCHEMA_VERSION}); it was left untouched: restore it from "
+                f"a backup or point --ledger elsewhere"
+            )
+        if version > SCHEMA_VERSION:
+            raise LedgerError(
+                f"the ledger {self.location} has schema version {version}, newer than this "
+                f"provisioner understands ({SCHEMA_VERSION}); upgrade the provisioner"
+            )
+        return version
+
+    def _check_read_only(self) -> None:
+        with self._read() as conn:
+            tables = set(inspect(conn).get_table_names())
+            if self._schema_version(conn, tables) is None:
+                raise LedgerError(
+                    f"the ledger {self.location} is empty (no gdsfleet tables): nothing was ever "
+                    f"recorded there; check --ledger / {ENV_LEDGER}"
+                )
+            missing = {t.name for t in metadata.sorted_tables} - tables
+            if missing:
+                raise LedgerError(
+                    f"the ledger {self.location} lacks the tables {', '.join(sorted(missing))}; "
+                    f"run `provisioner verify` once to complete it"
+                )
+
     def _create(self) -> None:
         with self._write() as conn:
+            tables = set(inspect(conn).get_table_names())
+            version = self._schema_version(conn, tables)
             metadata.create_all(conn)
-            row = conn.execute(
-                select(ledger_meta.c.value).where(ledger_meta.c.key == "schema_version")
-            ).first()
-            if row is None:
+            if version is None:
                 conn.execute(
                     insert(ledger_meta).values(key="schema_version", value=str(SCHEMA_VERSION))
                 )
                 self._append_only_triggers(conn)
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise LedgerError(
-                    f"the ledger {self.location} has schema version {row[0]}, newer than this "
-                    f"provisioner understands ({SCHEMA_VERSION}); upgrade the provisioner"
-                )
 
     def _append_only_triggers(self, conn: Connection) -> None:
         if self._sqlite:
@@ -688,6 +755,61 @@ def _text(value: Any) -> str | None:
 def _short(exc: BaseException) -> str:
     msg = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return msg[0] if msg else type(exc).__name__
+
+
+def _preflight_sqlite(cls: type[Ledger], url: Any, shown: str) -> None:
+    """Before the writer opens an existing SQLite file (and switches it to WAL, which rewrites
+    its header), check read-only that it is empty or a ledger of a known schema version."""
+    database = str(url.database or "")
+    if not database or database == ":memory:":
+        return
+    path = Path(database)
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    engine = _sqlite_read_only_engine(url, shown)
+    try:
+        probe = cls(engine, shown)
+        with probe._read() as conn:
+            probe._schema_version(conn, set(inspect(conn).get_table_names()))
+    finally:
+        engine.dispose()
+
+
+def _sqlite_read_only_engine(url: Any, shown: str) -> Engine:
+    """A SQLite engine that cannot write: ``mode=ro`` URI, ``query_only``, no WAL switch.
+
+    The file must exist (``mode=ro`` never creates it; checked first for a clear message). On
+    a read-only filesystem SQLite cannot create the WAL index beside the file, so the database
+    is opened ``immutable=1`` there: no process can be writing it.
+    """
+    import sqlite3
+    from urllib.parse import quote
+
+    from sqlalchemy.pool import NullPool
+
+    path = Path(str(url.database or ""))
+    if not str(url.database or "") or str(url.database) == ":memory:":
+        raise LedgerError(f"the ledger {shown} is not a file; give a path or a server URL")
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise LedgerError(
+            f"the ledger {shown} {what}; nothing was recorded there (status, history and plan "
+            f"never create a ledger): check --ledger / {ENV_LEDGER}, or run `provisioner "
+            f"verify` first"
+        )
+    ro_fs = False
+    with suppress(OSError):
+        ro_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    uri = f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if ro_fs else "")
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    return create_engine("sqlite://", creator=connect, poolclass=NullPool)
 
 
 def _sqlite_events(engine: Engine) -> None:

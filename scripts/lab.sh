@@ -6,14 +6,45 @@
 # `provisioner status`. The lab stays up afterwards; the last lines say how to tear it down.
 #
 #   scripts/lab.sh                 # 8 simulated nodes
-#   LAB_NODES=4 scripts/lab.sh     # fewer nodes
+#   LAB_NODES=4 scripts/lab.sh     # fewer nodes (every command then carries --limit)
 #   scripts/lab.sh --waves 1,100%  # extra arguments go to `provisioner rollout`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 nodes=${LAB_NODES:-8}
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+step="start"
+say() { step="$*"; printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# A failing step says which one failed (set -e alone would exit silently).
+trap 'rc=$?; printf "\nlab.sh: FAILED (exit %s) in step: %s\n" "$rc" "$step" >&2' ERR
+
+# The inventory lists gdsfleet-lab-01..08; with fewer nodes every command (and every command
+# printed at the end) carries a --limit naming the nodes that exist.
+if ! [[ "$nodes" =~ ^[1-8]$ ]]; then
+  echo "lab.sh: LAB_NODES must be 1 to 8 (the inventory's nodes), not '$nodes'" >&2
+  exit 64
+fi
+# The lab inventory points the roles at the stand-in repository on 127.0.0.1:8470; a session
+# that serves it elsewhere (GDSFLEET_REPO_PORT) passes the URLs as extra variables.
+repo_port=${GDSFLEET_REPO_PORT:-8470}
+repo_args=()
+repo_shown=""
+if [ "$repo_port" != 8470 ]; then
+  base="http://127.0.0.1:$repo_port"
+  tarball=$(sed -n 's|^mofed_mlnx_ofed_tarball: http://127.0.0.1:8470/||p' \
+    inventories/lab/group_vars/all/repositories.yml)
+  repo_args=(-e "cuda_repo_base_url=$base/cuda/repos" -e "mofed_doca_repo_base_url=$base/doca"
+             -e "mofed_mlnx_ofed_tarball=$base/$tarball")
+  repo_shown=" ${repo_args[*]}"
+fi
+limit_args=()
+limit_shown=""
+if [ "$nodes" -lt 8 ]; then
+  limit=$(for i in $(seq 1 "$nodes"); do printf 'gdsfleet-lab-%02d:' "$i"; done)
+  limit=${limit%:}
+  limit_args=(--limit "$limit")
+  limit_shown=" --limit $limit"
+fi
 
 cat <<'BANNER'
 ############################################################################
@@ -42,17 +73,30 @@ say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-heade
 # the simulated nodes have none, and the stand-in repository carries both in its CUDA folder,
 # which the roles configure only after DOCA needs them. molecule/gds_nvfs/prepare.yml installs
 # the two stand-in packages directly (test harness only; the rollout itself is unchanged).
-ansible-playbook -i inventories/lab molecule/gds_nvfs/prepare.yml >/dev/null
+mkdir -p .lab
+prepare_args=("${repo_args[@]}")
+if [ "$repo_port" != 8470 ]; then
+  prepare_args+=(-e "__standin=http://127.0.0.1:$repo_port/cuda/repos/debian12/x86_64")
+fi
+if ! ansible-playbook -i inventories/lab "${limit_args[@]}" "${prepare_args[@]}" \
+    molecule/gds_nvfs/prepare.yml >.lab/prepare.log 2>&1; then
+  echo "lab.sh: the prepare step failed; the end of .lab/prepare.log:" >&2
+  tail -n 25 .lab/prepare.log >&2
+  exit 1
+fi
 
 ledger="$root/.lab/ledger.sqlite"
 say "plan (changes nothing)"
-provisioner plan -i inventories/lab --ledger "$ledger"
+provisioner plan -i inventories/lab "${limit_args[@]}" --ledger "$ledger"
 
 say "rollout to the simulated fleet (ledger $ledger)"
 set +e
+trap - ERR  # the rollout's exit code is reported below, not as a failed step
 # --allow-reboot: DOCA's patched NVMe driver needs a reboot; the simulated nodes "reboot"
 # (ansible.builtin.reboot works against them: the harness restarts their init and boot_id).
-provisioner rollout -i inventories/lab --ledger "$ledger" --io-size "${LAB_IO_SIZE:-64M}" \
+provisioner rollout -i inventories/lab "${limit_args[@]}" "${repo_args[@]}" \
+  --ledger "$ledger" \
+  --io-size "${LAB_IO_SIZE:-64M}" \
   --allow-reboot \
   --json "$root/.lab/rollout-report.json" --junit "$root/.lab/rollout-report.xml" "$@"
 rc=$?
@@ -64,8 +108,8 @@ provisioner status --ledger "$ledger" || true
 cat <<EOF
 
 The simulated lab is still up (provisioner rollout exited $rc; reports in .lab/rollout-report.*).
-  run it again (reconcile, fast):  .venv/bin/provisioner rollout -i inventories/lab
-  verify the nodes yourself:       .venv/bin/provisioner verify -i inventories/lab
+  run it again (reconcile, fast):  .venv/bin/provisioner rollout -i inventories/lab$limit_shown$repo_shown
+  verify the nodes yourself:       .venv/bin/provisioner verify -i inventories/lab$limit_shown
   the ledger, node by node:        .venv/bin/provisioner status --ledger .lab/ledger.sqlite
                                    .venv/bin/provisioner history gdsfleet-lab-01 --ledger .lab/ledger.sqlite
   tear the lab down:               CONTAINERS_CONF=$CONTAINERS_CONF .venv/bin/python -m tests.harness.lab down

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1 (got {args.limit})")
     location = resolve_ledger(args.ledger, args.inventory)
-    with Ledger.open(location) as ledger:
+    with Ledger.open(location, read_only=True) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)
     if args.json:
         for r in records:

@@ -51,16 +51,23 @@ def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
         return {}, None
     from provisioner.rollout.state import latest_states
 
-    ledger = Ledger.open(location)
-    return latest_states(ledger), ledger
+    ledger = Ledger.open(location, read_only=True)  # never creates a schema, file or row
+    try:
+        return latest_states(ledger), ledger
+    except BaseException:
+        ledger.close()
+        raise
 
 
 def run(args: argparse.Namespace) -> int:
     from provisioner.inventory import load_inventory
     from provisioner.rollout.planner import parse_wave_spec, plan_waves
-    from provisioner.store import fleet_id, resolve_ledger
+    from provisioner.store import display_url, fleet_id, resolve_ledger
 
     parse_wave_spec(args.waves)  # refuse a bad spec before touching anything else
+    from provisioner.outputs import check_output_path
+
+    check_output_path("--json", args.json)
     inventory = load_inventory(args.inventory, args.limit)
     location = resolve_ledger(args.ledger, args.inventory)
     latest, ledger = latest_state(location)
@@ -75,14 +82,19 @@ def run(args: argparse.Namespace) -> int:
         if ledger is not None:
             ledger.close()
     plan = plan_waves(inventory.names(), args.waves, latest=latest, force=args.force)
+    from provisioner.inventory import selection_problems
+
+    problems = selection_problems(inventory)  # rollout refuses these before anything runs
     doc = plan.to_dict()
-    doc["ledger"] = location
+    doc["problems"] = problems
+    doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
     if args.json:
         text = json.dumps(doc, indent=2) + "\n"
         if args.json == "-":
             sys.stdout.write(text)
-            return int(Exit.OK)
+            return int(Exit.USAGE) if problems else int(Exit.OK)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text, encoding="utf-8")
 
     from rich.console import Console
@@ -102,10 +114,12 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     counts = plan.counts()
     console.print(f"{counts['provision']} to provision, {counts['verify']} to verify only; "
-                  f"ledger {location}; nothing was changed")
+                  f"ledger {display_url(location)}; nothing was changed")
     if unfinished:
         done = sum(1 for s in steps.values()
                    if s.get("step") in ("compliant", "failed", "skipped", "reboot_pending"))
         console.print(f"note: rollout {unfinished} is unfinished ({done}/{len(steps)} node(s) "
                       f"finished); `provisioner rollout` with the same selection resumes it")
-    return int(Exit.OK)
+    for problem in problems:
+        sys.stderr.write(f"provisioner plan: refused by rollout: {problem}\n")
+    return int(Exit.USAGE) if problems else int(Exit.OK)

@@ -61,8 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--no-verify", action="store_true",
                    help="provision only; no verification, no health gate (benchmarks; nodes "
                         "are then recorded as 'skipped', never 'compliant')")
-    c.add_argument("--playbook-timeout", type=int, default=None, metavar="SECONDS",
-                   help="deadline of one wave's playbook run")
+    from provisioner.validate import DEFAULT_PLAYBOOK_TIMEOUT_S
+
+    c.add_argument("--playbook-timeout", type=int, default=DEFAULT_PLAYBOOK_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help="deadline of one wave's playbook run (default %(default)s = 4 h; "
+                        "0: no deadline)")
 
     v = p.add_argument_group("verification (the gate)")
     v.add_argument("--policy", metavar="FILE", help="policy YAML")
@@ -129,6 +133,10 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
         )
     if args.json == "-":
         args.quiet = True
+    from provisioner.outputs import check_output_path
+
+    check_output_path("--json", args.json)
+    check_output_path("--junit", args.junit, stdout_ok=False)
     from provisioner.rollout import playbooks
     from provisioner.rollout.adapters import checkout_collections
 
@@ -143,21 +151,19 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     reboot_spec = args.reboot_playbook or playbooks.REBOOT
     if args.allow_reboot:
         reboot_spec = playbooks.resolve(reboot_spec, env=env).spec
-    from provisioner.verify.policy import parse_size
+    from provisioner.validate import check_io_size, check_seconds
 
     sizes = {}
     for opt in ("io_size", "health_io_size"):
         val = getattr(args, opt)
         if val:
-            try:
-                sizes[opt] = parse_size(val)
-            except (TypeError, ValueError) as exc:
-                raise UsageError(f"--{opt.replace('_', '-')} {val!r}: {exc}") from exc
-            from provisioner.verify.model import MIN_PROVABLE_IO_BYTES, SMALL_IO_WHY
-
-            if sizes[opt] < MIN_PROVABLE_IO_BYTES:
-                raise UsageError(f"--{opt.replace('_', '-')} {val!r}: must be at least 1M: "
-                                 f"{SMALL_IO_WHY}")
+            sizes[opt] = check_io_size(f"--{opt.replace('_', '-')}", val)
+    for opt in ("connect_timeout", "io_timeout", "drain_timeout", "drain_poll"):
+        check_seconds(f"--{opt.replace('_', '-')}", getattr(args, opt))
+    check_seconds("--pause-between-waves", args.pause_between_waves, allow_zero=True)
+    if args.playbook_timeout is None or args.playbook_timeout < 0:
+        raise UsageError(f"--playbook-timeout {args.playbook_timeout}: give seconds (0 for no "
+                         f"deadline)")
     return {
         "max_failures": parse_budget(args.max_failures, option="--max-failures"),
         "max_total_failures": parse_budget(args.max_total_failures,
@@ -174,6 +180,19 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _refuse_selection_problems(inventory: Any, checked: dict[str, Any]) -> None:
+    """Duplicate machines and nodes the site playbook does not target: exit 64, nothing ran."""
+    from provisioner.inventory import SITE_TARGET_DEFAULT, selection_problems
+    from provisioner.rollout.playbooks import SITE
+
+    spec = str(checked.get("playbook") or "")
+    site = spec == SITE or Path(spec).name == "site.yml"
+    target = checked.get("extravars", {}).get("gds_target") or SITE_TARGET_DEFAULT
+    problems = selection_problems(inventory, target if site else None)
+    if problems:
+        raise UsageError("refused before anything ran: " + "; ".join(problems))
+
+
 def _verifier(args: argparse.Namespace, nodes: dict[str, Any], sizes: dict[str, int]) -> Any:
     from dataclasses import replace
 
@@ -188,13 +207,15 @@ def _verifier(args: argparse.Namespace, nodes: dict[str, Any], sizes: dict[str, 
         raise UsageError(f"--policy {args.policy}: {exc}") from exc
     kwargs: dict[str, Any] = {
         "size_bytes": sizes.get("io_size") or policy.io_test_size,
+        "size_explicit": "io_size" in sizes,
         "path": args.io_path,
         "timeout_s": args.io_timeout,
     }
     if getattr(policy, "gds_mount", None):
         kwargs["default_path"] = policy.gds_mount
     io = IoTestOptions(**kwargs)
-    cheap = replace(io, size_bytes=min(io.size_bytes, sizes.get("health_io_size", 4 << 20)))
+    cheap = replace(io, size_bytes=min(io.size_bytes, sizes.get("health_io_size", 4 << 20)),
+                    size_explicit=True)
     t = args.connect_timeout
     settings = SSHSettings(
         connect_timeout=t, banner_timeout=1.5 * t, auth_timeout=1.5 * t,
@@ -234,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
 
     checked = _validate(args)
     inventory = load_inventory(args.inventory, args.limit)
+    _refuse_selection_problems(inventory, checked)
     nodes = {n.name: n for n in inventory.nodes}
     fleet = fleet_id(args.inventory)
     location = resolve_ledger(args.ledger, args.inventory)
@@ -288,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
                 extravars=checked["extravars"],
                 private_data_dir=pdd,
                 events_log=events_log,
-                timeout=args.playbook_timeout,
+                timeout=args.playbook_timeout or None,  # 0: no deadline
             )
             observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
             engine = Engine(

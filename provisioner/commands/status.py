@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def open_ledger(args: argparse.Namespace) -> Ledger:
-    return Ledger.open(resolve_ledger(args.ledger, args.inventory))
+    return Ledger.open(resolve_ledger(args.ledger, args.inventory), read_only=True)
 
 
 def _row(x: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def _row(x: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
-    with Ledger.open(location) as ledger:
+    with Ledger.open(location, read_only=True) as ledger:  # never creates anything
         rows = [_row(x) for x in ledger.latest()]
     if args.drift:
         rows = [r for r in rows if r["drift"]]

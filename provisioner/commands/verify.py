@@ -12,11 +12,10 @@ import os
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from provisioner.errors import ConnectError, UsageError
+from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
 from provisioner.report import (
@@ -91,33 +90,36 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--parallel must be at least 1 (got {args.parallel})")
     if args.retries < 0:
         raise UsageError(f"--retries must be 0 or more (got {args.retries})")
-    for name in ("connect_timeout", "io_timeout"):
-        if getattr(args, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    from provisioner.validate import check_seconds
+
+    for name in ("connect_timeout", "io_timeout"):  # NaN, inf and <= 0 are refused
+        check_seconds(f"--{name.replace('_', '-')}", getattr(args, name))
     if args.ledger and args.no_ledger:
         raise UsageError("--ledger and --no-ledger exclude each other")
     if args.json == "-" and not args.quiet:
         args.quiet = True
+    from provisioner.outputs import check_output_path
+
+    check_output_path("--json", args.json)
+    check_output_path("--junit", args.junit, stdout_ok=False)
 
 
 def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
     from provisioner.verify.model import IoTestOptions
-    from provisioner.verify.policy import Policy, parse_size
+    from provisioner.verify.policy import Policy
 
     try:
         policy = Policy.from_file(args.policy) if args.policy else Policy.default()
     except (OSError, ValueError) as exc:
         raise UsageError(f"--policy {args.policy}: {exc}") from exc
-    try:
-        size = parse_size(args.io_size) if args.io_size else policy.io_test_size
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"--io-size {args.io_size!r}: {exc}") from exc
-    from provisioner.verify.model import MIN_PROVABLE_IO_BYTES, SMALL_IO_WHY
+    from provisioner.validate import check_io_size
 
-    if size < MIN_PROVABLE_IO_BYTES:
-        raise UsageError(f"--io-size {args.io_size!r}: must be at least 1M: {SMALL_IO_WHY}")
+    # An explicit --io-size wins over everything; else the inventory's gds_verify_io_size
+    # (per node, in verify_node); else the policy's io_test_size.
+    size = check_io_size("--io-size", args.io_size) if args.io_size else policy.io_test_size
     kwargs: dict[str, Any] = {
         "size_bytes": size,
+        "size_explicit": bool(args.io_size),
         "path": args.io_path,
         "timeout_s": args.io_timeout,
         "enabled": not args.no_io_test,
@@ -156,9 +158,12 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any) -> dict[str, Any]:
         return dict(report.to_dict())
     except ConnectError as exc:
         return _unreachable(name, started, t0, str(exc))
-    except Exception as exc:  # a bug: keep the other nodes going, show the traceback
-        tb = traceback.format_exc()
-        sys.stderr.write(f"provisioner verify: internal error on {name}:\n{tb}")
+    except Exception as exc:  # a bug: keep the other nodes going; traceback to the debug log
+        from provisioner.debuglog import one_line, write_traceback
+
+        where = write_traceback(f"provisioner verify: internal error on {name}", exc)
+        sys.stderr.write(f"provisioner verify: internal error on {name} (a bug, please report "
+                         f"it): {one_line(exc)}; traceback in {where or 'no file (unwritable)'}\n")
         return _unreachable(name, started, t0, f"internal error: {exc!r}", internal=True)
     finally:
         close = getattr(runner, "close", None)
@@ -220,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
     started_at = utcnow()
     run_id = ledger.start_run("verify", fleet, recorded) if ledger else new_run_id()
     reports: dict[str, dict[str, Any]] = {}
+    unrecorded: list[str] = []  # nodes whose result the ledger refused (never silent)
+    left_open = False
+    ledger_errors: list[str] = []
     done = 0
     quiet = args.quiet
 
@@ -231,7 +239,11 @@ def run(args: argparse.Namespace) -> int:
             internal=True)
         reports[res.name] = doc
         if ledger is not None:
-            ledger.record_verification(run_id, doc, step="verified")
+            try:
+                ledger.record_verification(run_id, doc, step="verified")
+            except LedgerError as exc:  # e.g. a full disk: keep going, say so at the end
+                unrecorded.append(res.name)
+                ledger_errors.append(str(exc))
         if not quiet:
             word = node_result(doc)
             why = ""
@@ -248,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
                 runner = make(n)
             except ConnectError as exc:
                 return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
-            return verify_one(runner, node_name(n), policy, io)
+            return verify_one(runner, node_name(n), policy,
+                              io.for_node(getattr(n, "verify_io_size", None)))
 
         run_parallel(
             items,
@@ -262,8 +275,13 @@ def run(args: argparse.Namespace) -> int:
                   Exit.UNREACHABLE: "unreachable"}.get(code, "error")
     finally:
         if ledger is not None:
-            ledger.finish_run(run_id, status)
-            ledger.close()
+            try:
+                ledger.finish_run(run_id, "ledger_error" if unrecorded else status)
+            except LedgerError as exc:  # the run stays open (finished_at NULL) in the ledger
+                ledger_errors.append(str(exc))
+                left_open = True
+            finally:
+                ledger.close()
 
     policy_dict = policy.to_dict() if hasattr(policy, "to_dict") else None
     doc = build_report(
@@ -281,6 +299,15 @@ def run(args: argparse.Namespace) -> int:
         write_junit(args.junit, doc)
     if args.json != "-":
         render(doc, sys.stdout, details=args.details)
-        if location:
+        if location and not ledger_errors:
             sys.stdout.write(f"recorded in the ledger {display_url(location)} (run {run_id})\n")
+    if ledger_errors:
+        lost = (f"the results of {len(unrecorded)} of {len(reports)} node(s) were NOT recorded: "
+                f"{', '.join(sorted(unrecorded))} (they are in the report above"
+                f"{' and in ' + args.json if args.json and args.json != '-' else ''}); "
+                if unrecorded else "")
+        run_state = ("is left open in the ledger" if left_open
+                     else "is closed in the ledger as 'ledger_error'")
+        raise LedgerError(f"{ledger_errors[0]}; {lost}run {run_id} {run_state}; free space (or "
+                          f"fix the ledger) and run the same command again")
     return int(code)

@@ -455,6 +455,18 @@ def main() -> int:
         out["status"] = "skipped"
         out["reason"] = f"test directory {directory} is not writable by this user"
         return _emit(out)
+    free = free_bytes(directory)
+    if free is not None and free < size:
+        # Checked before writing: a test file that fills the disk fails with ENOSPC half-way
+        # (and can hurt what else lives on that filesystem).
+        out["status"] = "skipped"
+        out["reason"] = (
+            f"needs {human_bytes(size)}, {human_bytes(free)} free at {directory}: free space "
+            f"there, or choose a smaller size (--io-size, or gds_verify_io_size in the "
+            f"inventory)"
+        )
+        out["free_bytes"] = free
+        return _emit(out)
     file_path = os.path.join(directory, f".gdsfleet-iotest-{uuid.uuid4().hex[:12]}.bin")
     out["file"] = file_path
     rw: dict[str, Any] = out["rw_stats"]
@@ -517,6 +529,23 @@ def main() -> int:
             shutil.rmtree(tmpdir, ignore_errors=True)
         out["duration_s"] = round(time.monotonic() - started, 3)
     return _emit(out)
+
+
+def free_bytes(directory: str):  # type: ignore[no-untyped-def]
+    """Bytes an unprivileged writer may still use in ``directory`` (None when unknown)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def human_bytes(n: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= factor:
+            value = n / factor
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _emit(doc: dict) -> int:

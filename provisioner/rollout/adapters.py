@@ -139,6 +139,9 @@ class SshVerifier:
             return {"name": node.name, "reachable": False, "compliant": False,
                     "route": "unknown", "checks": [], "io_test": {"path_taken": "skipped"},
                     "facts": {}, "error": str(exc)}
+        for_node = getattr(io, "for_node", None)  # the inventory's gds_verify_io_size
+        if for_node is not None:
+            io = for_node(getattr(node, "verify_io_size", None))
         return verify_one(runner, node.name, self.policy, io)
 
     def verify(

@@ -134,10 +134,21 @@ class PgAdvisoryLock:
 
         info = holder_info(self.fleet)
         app = f"gdsfleet-rollout pid={info['pid']} host={info['host']} user={info['user']}"
-        engine = create_engine(
-            self.url, connect_args={"application_name": app[:63]}, pool_size=1
-        )
-        conn = engine.connect()
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from provisioner.errors import LedgerError
+        from provisioner.store import _short, display_url
+
+        try:
+            engine = create_engine(
+                self.url, connect_args={"application_name": app[:63]}, pool_size=1
+            )
+            conn = engine.connect()
+        except (SQLAlchemyError, ModuleNotFoundError, OSError) as exc:
+            raise LedgerError(
+                f"cannot reach the ledger {display_url(self.url)} to take the fleet lock: "
+                f"{_short(exc)}; check the server and the URL (--ledger / GDSFLEET_LEDGER)"
+            ) from None
         key = advisory_key(self.fleet)
         got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
         if not got:

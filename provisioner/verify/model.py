@@ -7,7 +7,7 @@ CLI). ``NodeReport.to_dict()`` is the node object of the JSON report (docs/repor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 # Check statuses, ordered from best to worst for summaries.
@@ -111,6 +111,16 @@ class IoTestOptions:
     try_compat: bool = True
     enabled: bool = True
     default_path: str = "/mnt/gds"
+    # True when the size came from --io-size (or the inventory's gds_verify_io_size): the
+    # policy's io_test_size then never replaces it.
+    size_explicit: bool = False
+
+    def for_node(self, node_size: int | None) -> IoTestOptions:
+        """These options for a node whose inventory sets ``gds_verify_io_size``: an explicit
+        ``--io-size`` wins, else the node's size, else (later) the policy's."""
+        if node_size is None or self.size_explicit:
+            return self
+        return replace(self, size_bytes=int(node_size), size_explicit=True)
 
     def aligned_size(self) -> int:
         """Size rounded up to a 4 KiB multiple (O_DIRECT and cuFile need aligned sizes)."""

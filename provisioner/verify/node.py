@@ -115,7 +115,7 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
         facts["route_evidence"] = checks_mod.route_evidence(facts)
         facts["policy"] = policy.to_dict()
         io_opts = io
-        if io.size_bytes == GIB and policy.io_test_size != GIB:
+        if not io.size_explicit and io.size_bytes == GIB and policy.io_test_size != GIB:
             io_opts = replace(io, size_bytes=policy.io_test_size)
         if not io_opts.enabled:
             io_result = IoTestResult(path_taken=PATH_SKIPPED, reason="I/O test disabled",

@@ -37,11 +37,13 @@ bash scripts/install_collection.sh
 say "bring up the simulated lab fleet ($nodes nodes: containers gdsfleet-lab-NN, sshd on 127.0.0.1:22NN)"
 python -m tests.harness.lab up --nodes "$nodes"
 
-say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-headers)"
+say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-headers, python3-venv)"
 # A real Debian node gets dkms and linux-headers-$(uname -r) from its distribution archive;
 # the simulated nodes have none, and the stand-in repository carries both in its CUDA folder,
 # which the roles configure only after DOCA needs them. molecule/gds_nvfs/prepare.yml installs
-# the two stand-in packages directly (test harness only; the rollout itself is unchanged).
+# the two stand-in packages directly and configures the stand-in distribution archive (real
+# Debian packages; gdsfleet.gds.verify_runtime installs python3-venv from it) as the nodes'
+# APT source (test harness only; the rollout itself is unchanged).
 ansible-playbook -i inventories/lab molecule/gds_nvfs/prepare.yml >/dev/null
 
 ledger="$root/.lab/ledger.sqlite"

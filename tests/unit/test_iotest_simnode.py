@@ -67,6 +67,7 @@ def nvfs_node(module_sim_node: Callable[..., SimNode],
               "&& echo nvidia_fs > /etc/modules-load.d/nvidia_fs.conf")
     prepare_gds_mount(node)
     set_allow_compat(node, False)
+    node.install_verify_runtime(standin_repo)  # kvikio + cupy, as site.yml's last role does
     yield node
 
 
@@ -120,6 +121,7 @@ def test_p2pdma_node_is_compliant_without_nvidia_fs(module_sim_node: Callable[..
     node = module_sim_node("p2pdma", nvme=True)
     node.install_repo(standin_repo, doca=False)
     node.apt_install("nvidia-gds-12-9")
+    node.install_verify_runtime(standin_repo)
     prepare_gds_mount(node)
     # what the cufile role renders for gds_route: p2pdma (plain JSON)
     node.exec("""cat > /etc/cufile.json <<'JSON'
@@ -143,4 +145,6 @@ def test_gpu_less_node_without_kvikio_is_a_clear_skip(
     assert report.route == "none" and not report.compliant
     assert s["gpu.present"] == "fail" and s["gpu.driver.loaded"] == "fail"
     assert report.io_test.path_taken == "skipped"
-    assert report.io_test.reason
+    # the image ships no kvikio/cupy and no role installed them: the reason names the role
+    assert report.io_test.reason.startswith("verification runtime missing")
+    assert "gdsfleet.gds.verify_runtime" in report.io_test.reason

@@ -196,6 +196,7 @@ def test_p2pdma_route_needs_both_keys(module_sim_node, standin_repo) -> None:
     n = module_sim_node("p2pdma", nvme=True)
     n.install_repo(standin_repo, doca=False)
     n.apt_install("libcufile-12-9", "gds-tools-12-9")
+    n.install_verify_runtime(standin_repo)
     n.exec("mkfs.xfs -q -f /dev/nvme0n1 && mkdir -p /mnt/gds && mount /dev/nvme0n1 /mnt/gds")
     try:
         cfg: dict = {"properties": {"allow_compat_mode": False, "use_pci_p2pdma": True}}

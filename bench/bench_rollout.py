@@ -93,6 +93,7 @@ def private_repo() -> Iterator[dict[str, str]]:
             "mofed_doca_repo_base_url": f"{base}/doca",
             "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/"
                                        "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz",
+            "verify_runtime_index_url": f"{base}/pypi/simple",
         }
     finally:
         proc.terminate()

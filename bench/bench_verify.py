@@ -202,6 +202,14 @@ def main(argv: list[str] | None = None) -> int:
 
             with ThreadPoolExecutor(max_workers=4) as pool:
                 list(pool.map(provision, nodes))
+            # kvikio + cupy for the I/O test, through their role (the image has none)
+            from tests.harness.fixtures import StandinRepo, run_verify_runtime_role
+
+            base = f"http://127.0.0.1:{port}"
+            repo = StandinRepo(labmod.lab_dir() / "standin-repo", base, "", "", "", "", "",
+                               Path(), Path())
+            run_verify_runtime_role(str(lab.inventory(work / "inv-runtime" / "hosts.yml",
+                                                      nodes)), repo)
             print(f"  stand-in GDS stack installed in {time.perf_counter() - t1:.0f} s",
                   flush=True)
         cmd = ansible_command(io_bytes)

@@ -34,7 +34,8 @@ if [ "$repo_port" != 8470 ]; then
   tarball=$(sed -n 's|^mofed_mlnx_ofed_tarball: http://127.0.0.1:8470/||p' \
     inventories/lab/group_vars/all/repositories.yml)
   repo_args=(-e "cuda_repo_base_url=$base/cuda/repos" -e "mofed_doca_repo_base_url=$base/doca"
-             -e "mofed_mlnx_ofed_tarball=$base/$tarball")
+             -e "mofed_mlnx_ofed_tarball=$base/$tarball"
+             -e "verify_runtime_index_url=$base/pypi/simple")
   repo_shown=" ${repo_args[*]}"
 fi
 limit_args=()
@@ -68,11 +69,13 @@ bash scripts/install_collection.sh
 say "bring up the simulated lab fleet ($nodes nodes: containers gdsfleet-lab-NN, sshd on 127.0.0.1:22NN)"
 python -m tests.harness.lab up --nodes "$nodes"
 
-say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-headers)"
+say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-headers, python3-venv)"
 # A real Debian node gets dkms and linux-headers-$(uname -r) from its distribution archive;
 # the simulated nodes have none, and the stand-in repository carries both in its CUDA folder,
 # which the roles configure only after DOCA needs them. molecule/gds_nvfs/prepare.yml installs
-# the two stand-in packages directly (test harness only; the rollout itself is unchanged).
+# the two stand-in packages directly and configures the stand-in distribution archive (real
+# Debian packages; gdsfleet.gds.verify_runtime installs python3-venv from it) as the nodes'
+# APT source (test harness only; the rollout itself is unchanged).
 mkdir -p .lab
 prepare_args=("${repo_args[@]}")
 if [ "$repo_port" != 8470 ]; then

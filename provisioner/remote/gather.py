@@ -25,6 +25,8 @@ SCHEMA = 1
 CMD_TIMEOUT = 30.0
 GDSCHECK_TIMEOUT = 120.0
 MAX_TEXT = 512 * 1024
+# Written by the role gdsfleet.gds.verify_runtime: which interpreter has kvikio and cupy.
+VERIFY_RUNTIME_FACT = "/etc/ansible/facts.d/gdsfleet_verify_runtime.fact"
 
 KALLSYMS_WANTED = (
     "nvme_v1_register_nvfs_dma_ops",
@@ -270,6 +272,7 @@ def gather() -> dict:
     cufile_path = os.environ.get("CUFILE_ENV_PATH_JSON") or "/etc/cufile.json"
     items["cufile_json"] = read_file(cufile_path)
     items["cufile_json"]["env_override"] = bool(os.environ.get("CUFILE_ENV_PATH_JSON"))
+    items["verify_runtime"] = read_file(VERIFY_RUNTIME_FACT)
     info = []
     for path in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
         res = read_file(path)

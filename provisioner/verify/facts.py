@@ -207,6 +207,7 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
     reasons = [ln.strip() for ln in (rb.get("out") or "").splitlines() if ln.strip()] if _ok(
         rb) else []
     facts["reboot"] = {"required": _ok(rb), "reasons": reasons}
+    facts["verify_runtime"] = verify_runtime_facts(_item(doc, "verify_runtime"))
     return facts
 
 
@@ -215,3 +216,40 @@ _PSEUDO_FS = frozenset({
     "tracefs", "pstore", "bpf", "mqueue", "hugetlbfs", "configfs", "fusectl", "autofs",
     "binfmt_misc", "rpc_pipefs", "efivarfs", "nsfs", "ramfs",
 })
+
+
+def verify_runtime_facts(item: dict[str, Any]) -> dict[str, Any]:
+    """The fact file of the role gdsfleet.gds.verify_runtime (pure): ``present`` (the file was
+    read), ``python`` (absolute interpreter path or None), versions, CUDA major, and ``error``
+    when the file exists but is unusable."""
+    out: dict[str, Any] = {"present": False, "path": item.get("path"), "python": None,
+                           "kvikio_version": None, "cupy_version": None, "cuda_major": None,
+                           "error": None}
+    if item.get("rc") is None:
+        return out
+    if not _ok(item):
+        out["error"] = f"cannot read the fact file: {item.get('err') or item.get('rc')}"
+        return out
+    out["present"] = True
+    try:
+        data = json.loads(str(item.get("out") or ""))
+    except ValueError as exc:
+        out["error"] = f"the fact file is not JSON: {exc}"
+        return out
+    if not isinstance(data, dict):
+        out["error"] = "the fact file is not a JSON object"
+        return out
+    python = data.get("python")
+    if isinstance(python, str) and python.startswith("/") and not any(
+            ch.isspace() for ch in python):
+        out["python"] = python
+    else:
+        out["error"] = f"the fact file names no absolute interpreter path (python={python!r})"
+    for key in ("kvikio_version", "cupy_version", "kvikio_package", "cupy_package", "venv",
+                "source"):
+        value = data.get(key)
+        out[key] = str(value) if value is not None else None
+    major = data.get("cuda_major")
+    out["cuda_major"] = int(major) if isinstance(major, (int, str)) and str(major).isdigit() \
+        else None
+    return out

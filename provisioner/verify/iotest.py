@@ -3,7 +3,8 @@ path the data took and with what evidence (pure, apart from :func:`run_io_test`)
 
 Path decision (docs/checks.md, ``io.direct_path``):
 
-* ``skipped``: the test did not run (disabled, no directory, no GPU, no cupy/kvikio).
+* ``skipped``: the test did not run (disabled, no directory, no GPU, no cupy/kvikio: then the
+  reason says that the verification runtime is missing and which role installs it).
 * ``direct``: the attempt with ``KVIKIO_COMPAT_MODE=OFF`` and ``CUFILE_ALLOW_COMPAT_MODE=false``
   wrote, read back and verified the data, and nothing contradicts it. It is *proven* only by
   evidence of the test's own I/O (``evidence.proof``):
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 from provisioner.remote import load_script
@@ -45,6 +47,11 @@ from provisioner.verify.model import (
 from provisioner.verify.parsers import cufile_log, nvfs_stats
 
 SCRIPT = "iotest.py"
+# The verification runtime (kvikio + cupy): installed by this role, recorded in this fact file
+# (read by the gather script); without it the test runs with the node's plain python3.
+RUNTIME_ROLE = "gdsfleet.gds.verify_runtime"
+RUNTIME_FACT_FILE = "/etc/ansible/facts.d/gdsfleet_verify_runtime.fact"
+FALLBACK_PYTHON = "python3"
 # Seconds on top of the attempts' own limit for interpreter start, stats and clean-up.
 _SLACK_S = 60.0
 MIB = 1 << 20
@@ -57,7 +64,49 @@ GDS_THRESHOLD_BYTES = 4096
 _KVIKIO_THRESHOLD_FALLBACK = 1 << 20
 
 
-def command(options: IoTestOptions, path: str) -> str:
+@dataclass(frozen=True)
+class Interpreter:
+    """Which interpreter runs the I/O test, and why."""
+
+    python: str
+    source: str  # "fact_file" (the role's runtime) or "fallback" (plain python3)
+    note: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"python": self.python, "source": self.source, "note": self.note}
+
+
+def choose_interpreter(runtime: dict[str, Any] | None) -> Interpreter:
+    """The fact file's interpreter when the file names one; else the node's ``python3`` (pure).
+    ``runtime`` is ``facts["verify_runtime"]`` (provisioner.verify.facts)."""
+    rt = runtime or {}
+    python = rt.get("python")
+    if rt.get("present") and isinstance(python, str) and python:
+        return Interpreter(python, "fact_file", f"from {RUNTIME_FACT_FILE}")
+    if rt.get("present"):
+        return Interpreter(FALLBACK_PYTHON, "fallback",
+                           f"{RUNTIME_FACT_FILE} is unusable ({rt.get('error')}); "
+                           f"falling back to {FALLBACK_PYTHON}")
+    if rt.get("error"):
+        return Interpreter(FALLBACK_PYTHON, "fallback",
+                           f"{RUNTIME_FACT_FILE}: {rt.get('error')}; "
+                           f"falling back to {FALLBACK_PYTHON}")
+    return Interpreter(FALLBACK_PYTHON, "fallback",
+                       f"no {RUNTIME_FACT_FILE}; falling back to {FALLBACK_PYTHON}")
+
+
+def runtime_missing_reason(interp: Interpreter, detail: str) -> str:
+    """The I/O test's reason when kvikio/cupy are not usable (pure)."""
+    where = (f"the interpreter {interp.python} named in {RUNTIME_FACT_FILE}"
+             if interp.source == "fact_file"
+             else f"{interp.python} ({interp.note})")
+    return (f"verification runtime missing: {detail} [{where}]. The role {RUNTIME_ROLE} "
+            f"(the last role of playbooks/site.yml) installs kvikio and cupy into a virtual "
+            f"environment (/opt/gdsfleet/venv) and records it in {RUNTIME_FACT_FILE}: run "
+            f"site.yml, or that role, on this node")
+
+
+def command(options: IoTestOptions, path: str, python: str = FALLBACK_PYTHON) -> str:
     args = {
         "path": path,
         "size_bytes": options.aligned_size(),
@@ -68,20 +117,35 @@ def command(options: IoTestOptions, path: str) -> str:
         "gds_threshold": GDS_THRESHOLD_BYTES,
         "cufile_log": True,
     }
-    return "python3 - " + shlex.quote(json.dumps(args, sort_keys=True))
+    return shlex.quote(python) + " - " + shlex.quote(json.dumps(args, sort_keys=True))
 
 
 def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
-                route: str | None = None) -> tuple[IoTestResult, str]:
-    """Run the remote script; return the evaluated result and the raw output. Node-side failures
-    become a ``failed``/``skipped`` result; ConnectError (transport) propagates."""
+                route: str | None = None,
+                runtime: dict[str, Any] | None = None) -> tuple[IoTestResult, str]:
+    """Run the remote script with the verification runtime's interpreter (``runtime``: the
+    gather's ``verify_runtime`` facts; see :func:`choose_interpreter`); return the evaluated
+    result and the raw output. Node-side failures become a ``failed``/``skipped`` result;
+    ConnectError (transport) propagates."""
     started = time.monotonic()
     attempts = 2 if options.try_compat else 1
     timeout = options.timeout_s * attempts + _SLACK_S
+    interp = choose_interpreter(runtime)
     # ConnectError (transport) propagates to verify_node's caller.
-    res = runner.run(command(options, path), timeout=timeout, stdin=load_script(SCRIPT))
+    res = runner.run(command(options, path, interp.python), timeout=timeout,
+                     stdin=load_script(SCRIPT))
     raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
     doc = _last_json(res.stdout)
+    if doc is None and res.exit_status in (126, 127) and interp.source == "fact_file":
+        reason = runtime_missing_reason(
+            interp, f"{interp.python} cannot run on the node (exit {res.exit_status}: "
+            f"{res.stderr.strip()[-200:]})")
+        return (
+            IoTestResult(path_taken=PATH_SKIPPED, reason=reason, path=path,
+                         evidence={"interpreter": interp.to_dict()},
+                         duration_s=time.monotonic() - started),
+            raw,
+        )
     if doc is None:
         reason = (
             "python3 is not installed on the node"
@@ -94,8 +158,22 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
                          duration_s=time.monotonic() - started),
             raw,
         )
-    result = evaluate(doc, route=route)
+    result = with_interpreter(evaluate(doc, route=route), interp)
     return result, raw
+
+
+def with_interpreter(result: IoTestResult, interp: Interpreter) -> IoTestResult:
+    """Record the interpreter in the evidence; a test skipped because cupy or kvikio did not
+    import says that the verification runtime is missing and which role installs it (pure)."""
+    evidence = dict(result.evidence)
+    evidence["interpreter"] = interp.to_dict()
+    reason = result.reason
+    missing = next((a for a in result.attempts
+                    if a.get("missing") in ("kvikio", "cupy")), None)
+    if result.path_taken == PATH_SKIPPED and missing is not None:
+        reason = runtime_missing_reason(
+            interp, str(missing.get("error") or f"{missing.get('missing')} does not import"))
+    return replace(result, evidence=evidence, reason=reason)
 
 
 def _last_json(text: str) -> dict[str, Any] | None:

@@ -71,6 +71,7 @@ def repo_vars(standin_repo: Any) -> Any:
             "mofed_doca_repo_base_url": f"{base}/doca",
             "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
             "mofed_mlnx_ofed_tarball_checksum": labmod.standin_tarball_checksum(),
+            "verify_runtime_index_url": f"{base}/pypi/simple",
         }
     finally:
         proc.terminate()

@@ -30,6 +30,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
+from tests.harness.fixtures import run_verify_runtime_role
 
 pytestmark = pytest.mark.fleet
 
@@ -100,7 +101,7 @@ NEW_HOST_KEY = (
 
 
 @pytest.fixture(scope="module")
-def fleet(lab_fleet: Any) -> Any:
+def fleet(lab_fleet: Any, standin_repo: Any) -> Any:
     f = lab_fleet(8, PROFILES)
     names = f.names
     port = os.environ.get("GDSFLEET_REPO_PORT", "8470")
@@ -112,6 +113,8 @@ def fleet(lab_fleet: Any) -> Any:
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         list(pool.map(provision, sorted(SETUP)))
+    # the verification runtime (kvikio + cupy), installed by its role as site.yml would
+    run_verify_runtime_role(str(f.inventory), standin_repo)
     # perturb
     f.exec(names[2], "modprobe -r nvidia_fs")
     f.exec(names[4], "printf '{\\n  \"properties\": {\\n    \"allow_compat_mode\": false,,\\n'"

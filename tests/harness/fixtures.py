@@ -249,9 +249,55 @@ class SimNode:
             "apt-get update -qq")
         self.exec(script)
 
+    def install_verify_runtime(self, repo: StandinRepo, **role_vars: Any
+                               ) -> subprocess.CompletedProcess[str]:
+        """Install the verification runtime (kvikio + cupy) as a rollout does: the role
+        gdsfleet.gds.verify_runtime of this checkout, run against the node over Ansible's podman
+        connection; python3-venv from the stand-in distribution archive, the stand-in wheels
+        from the stand-in package index."""
+        labmod.configure_distro_archive(self.name, repo.base_url)
+        return run_verify_runtime_role(f"{self.name},", repo, connection="containers.podman.podman",
+                                       **role_vars)
+
     def apt_install(self, *packages: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.exec("DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                          "--no-install-recommends " + " ".join(packages), check=check)
+
+
+def run_verify_runtime_role(inventory: str, repo: StandinRepo, *, connection: str | None = None,
+                            limit: str | None = None, **role_vars: Any
+                            ) -> subprocess.CompletedProcess[str]:
+    """Run the role gdsfleet.gds.verify_runtime (from roles/ of this checkout) on the nodes of
+    ``inventory`` with the stand-in package index of ``repo``; raises when the play fails."""
+    import json
+    import tempfile
+
+    variables: dict[str, Any] = {"verify_runtime_source": "index",
+                                 "verify_runtime_index_url": f"{repo.base_url}/pypi/simple",
+                                 "verify_runtime_cuda_major": "12",
+                                 "verify_runtime_lock_timeout": 60,
+                                 "ansible_python_interpreter": "/usr/bin/python3"}
+    variables.update(role_vars)
+    with tempfile.TemporaryDirectory(prefix="gdsfleet-runtime-") as tmp:
+        play = Path(tmp) / "runtime.yml"
+        play.write_text("- hosts: all\n  gather_facts: false\n  roles:\n    - verify_runtime\n")
+        extra = Path(tmp) / "vars.json"
+        extra.write_text(json.dumps(variables))
+        cmd = [str(labmod.ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", inventory,
+               str(play), "-e", f"@{extra}"]
+        if connection:
+            cmd += ["-c", connection]
+        if limit:
+            cmd += ["--limit", limit]
+        env = labmod.podman_env()
+        env.update(ANSIBLE_ROLES_PATH=str(labmod.ROOT / "roles"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_HOST_KEY_CHECKING="True")
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600,
+                              check=False)
+    if proc.returncode != 0:
+        raise AssertionError(f"gdsfleet.gds.verify_runtime failed on {inventory} "
+                             f"({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return proc
 
 
 class SimNodeFactory:

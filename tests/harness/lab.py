@@ -106,6 +106,26 @@ def ensure_repo() -> bool:
     return True
 
 
+STANDIN_DISTRO_KEY = "/etc/apt/keyrings/gdsfleet-standin-debian.asc"
+
+
+def configure_distro_archive(container: str, base: str | None = None) -> bool:
+    """TEST HARNESS STAND-IN: a real Debian node has its distribution archive configured; the
+    node image has no APT sources. Point the node at the stand-in "distribution archive" of the
+    stand-in repository (real Debian 12 packages such as python3-venv; build.sh), so roles
+    install such packages through apt as on a real node. False when the repository lacks it."""
+    key = lab_dir() / "standin-repo" / "debian" / "archive-key.asc"
+    if not key.exists():
+        return False
+    base = base or f"http://127.0.0.1:{repo_port()}"
+    line = f"deb [signed-by={STANDIN_DISTRO_KEY}] {base}/debian/bookworm/ /"
+    script = ('mkdir -p /etc/apt/keyrings && printf "%s" "$1" > "$2" && printf "%s\\n%s\\n" '
+              '"# TEST HARNESS STAND-IN for the Debian 12 archive (gdsfleet lab)" "$3" '
+              '> /etc/apt/sources.list.d/debian.list')
+    podman("exec", container, "sh", "-c", script, "sh", key.read_text(), STANDIN_DISTRO_KEY, line)
+    return True
+
+
 def stop_repo() -> None:
     run(["bash", str(HARNESS / "standin_repo" / "serve.sh"), "stop"], check=False)
 
@@ -363,6 +383,8 @@ class Lab:
             deadline = time.monotonic() + timeout
             keys = {n.port: self._wait_ready(n, deadline) for n in out}
             self._write_known_hosts(keys)
+            for n in out:
+                configure_distro_archive(n.name)
             return out
 
     def _remove_node(self, rec: Mapping[str, Any]) -> None:

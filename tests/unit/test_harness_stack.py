@@ -28,6 +28,9 @@ print(kvikio.cufile_driver.properties.is_gds_available, kvikio.defaults.is_compa
 """
 
 
+VENV_PYTHON = "/opt/gdsfleet/venv/bin/python"
+
+
 def counters(text: str) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for line in text.splitlines():
@@ -46,6 +49,7 @@ def node(module_sim_node, standin_repo):
     n.install_repo(standin_repo)
     n.apt_install("dkms", "linux-headers-$(uname -r)", "doca-ofed", "mlnx-nvme-dkms",
                   "nvidia-gds-12-9", "cuda-toolkit-12-9")
+    n.install_verify_runtime(standin_repo)  # the stand-in kvikio/cupy wheels, through the role
     n.exec("mkfs.xfs -q -f /dev/nvme0n1 && mkdir -p /mnt/gds && mount /dev/nvme0n1 /mnt/gds")
     yield n
     n.exec("umount /mnt/gds", check=False)
@@ -53,7 +57,7 @@ def node(module_sim_node, standin_repo):
 
 def run_io(node, env: dict[str, str], path: str = "/mnt/gds/t.bin",
            check: bool = True):
-    return node.exec(f"python3 -c '{KVIKIO_IO}' {path}", env=env, check=check)
+    return node.exec(f"{VENV_PYTHON} -c '{KVIKIO_IO}' {path}", env=env, check=check)
 
 
 def set_allow_compat(node, value: bool) -> None:
@@ -192,6 +196,7 @@ def test_p2pdma_route_needs_both_keys(module_sim_node, standin_repo) -> None:
     n = module_sim_node("p2pdma", nvme=True)
     n.install_repo(standin_repo, doca=False)
     n.apt_install("libcufile-12-9", "gds-tools-12-9")
+    n.install_verify_runtime(standin_repo)
     n.exec("mkfs.xfs -q -f /dev/nvme0n1 && mkdir -p /mnt/gds && mount /dev/nvme0n1 /mnt/gds")
     try:
         cfg: dict = {"properties": {"allow_compat_mode": False, "use_pci_p2pdma": True}}

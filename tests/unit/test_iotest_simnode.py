@@ -72,6 +72,7 @@ def nvfs_node(module_sim_node: Callable[..., SimNode],
               "&& echo nvidia_fs > /etc/modules-load.d/nvidia_fs.conf")
     prepare_gds_mount(node)
     set_allow_compat(node, False)
+    node.install_verify_runtime(standin_repo)  # kvikio + cupy, as site.yml's last role does
     yield node
 
 
@@ -137,6 +138,7 @@ def test_p2pdma_node_is_compliant_without_nvidia_fs(module_sim_node: Callable[..
     node = module_sim_node("p2pdma", nvme=True)
     node.install_repo(standin_repo, doca=False)
     node.apt_install("nvidia-gds-12-9")
+    node.install_verify_runtime(standin_repo)
     prepare_gds_mount(node)
     # what the cufile role renders for gds_route: p2pdma (plain JSON)
     node.exec("""cat > /etc/cufile.json <<'JSON'

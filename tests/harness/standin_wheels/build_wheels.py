@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""TEST HARNESS: builds the kvikio/cupy stand-ins (tests/harness/standin_wheels/{kvikio,cupy})
+as wheels with the real project names (kvikio-cu12, kvikio-cu13, cupy-cuda12x, cupy-cuda13x)
+at the versions pinned in roles/verify_runtime/defaults/main.yml, and lays them out as a PEP 503
+simple index:  OUT/simple/index.html, OUT/simple/<project>/index.html + <wheel>.
+
+Every wheel says TEST STAND-IN in its summary and description: it is NOT kvikio or CuPy, only
+the pure-Python imitation the simulated nodes use (it reads the node's simulated hardware from
+/usr/local/lib/gdsfleet-sim). Stdlib only; reproducible (fixed timestamps, sorted entries).
+
+    build_wheels.py OUT_DIR            # build the index
+    build_wheels.py --versions         # print the pinned versions (kvikio cupy)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+DEFAULTS = ROOT / "roles" / "verify_runtime" / "defaults" / "main.yml"
+# project name -> (import package, which pinned version)
+PROJECTS = {
+    "kvikio-cu12": ("kvikio", "kvikio"),
+    "kvikio-cu13": ("kvikio", "kvikio"),
+    "cupy-cuda12x": ("cupy", "cupy"),
+    "cupy-cuda13x": ("cupy", "cupy"),
+}
+EPOCH = (2020, 1, 1, 0, 0, 0)
+LABEL = ("TEST STAND-IN (gdsfleet test harness): NOT {real}. A pure-Python imitation of the part "
+         "of the {real} API that gdsfleet's verification uses, backed by the simulated GPU node.")
+
+
+def pinned_versions(defaults: Path = DEFAULTS) -> dict[str, str]:
+    """verify_runtime_{kvikio,cupy}_version from the role's defaults (one source of truth)."""
+    text = defaults.read_text()
+    out = {}
+    for key in ("kvikio", "cupy"):
+        m = re.search(rf'^verify_runtime_{key}_version:\s*"?([0-9.]+)"?\s*$', text, re.M)
+        if not m:
+            raise SystemExit(f"{defaults}: no verify_runtime_{key}_version")
+        out[key] = m.group(1)
+    return out
+
+
+def module_version(pkg: str, version: str) -> str:
+    """What the module's __version__ says: RAPIDS pads (26.10.00), CuPy does not."""
+    if pkg == "kvikio":
+        parts = version.split(".") + ["0", "0"]
+        return f"{int(parts[0])}.{int(parts[1]):02d}.{int(parts[2]):02d}"
+    return version
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return "sha256=" + digest.decode()
+
+
+def build_wheel(project: str, version: str, out_dir: Path) -> Path:
+    pkg, _ = PROJECTS[project]
+    dist = project.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    files: dict[str, bytes] = {}
+    src = HERE / pkg
+    for path in sorted(src.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        data = path.read_bytes()
+        if path == src / "__init__.py":
+            line = f'__version__ = "{module_version(pkg, version)}"'.encode()
+            data = re.sub(rb'^__version__ = "[^"]*"', line, data, count=1, flags=re.M)
+        files[f"{pkg}/{path.relative_to(src).as_posix()}"] = data
+    real = "kvikio" if pkg == "kvikio" else "CuPy"
+    summary = LABEL.format(real=real)
+    files[f"{info}/METADATA"] = (
+        "Metadata-Version: 2.1\n"
+        f"Name: {project}\nVersion: {version}\nSummary: {summary}\n"
+        "License: Apache-2.0\nRequires-Python: >=3.8\n"
+        "Description-Content-Type: text/plain\n\n"
+        f"{summary}\nBuilt by tests/harness/standin_wheels/build_wheels.py for the simulated\n"
+        "lab; installed on simulated nodes by the role gdsfleet.gds.verify_runtime exactly as\n"
+        f"the real {project} wheel would be on a GPU node.\n").encode()
+    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: gdsfleet-standin-build-wheels\n"
+                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    files[f"{info}/top_level.txt"] = f"{pkg}\n".encode()
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files.items())
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wheel = out_dir / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zi = zipfile.ZipInfo(name, EPOCH)
+            zi.external_attr = 0o644 << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(zi, data)
+    return wheel
+
+
+def build_index(out: Path) -> list[Path]:
+    versions = pinned_versions()
+    simple = out / "simple"
+    wheels = []
+    links = []
+    for project in sorted(PROJECTS):
+        pkg, which = PROJECTS[project]
+        pdir = simple / project
+        wheel = build_wheel(project, versions[which], pdir)
+        wheels.append(wheel)
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        name = html.escape(wheel.name)
+        (pdir / "index.html").write_text(
+            "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+            f"<title>Links for {project} (gdsfleet TEST STAND-IN)</title></head><body>\n"
+            f"<h1>Links for {project}</h1>\n"
+            f"<a href=\"{name}#sha256={sha}\" data-requires-python=\"&gt;=3.8\">{name}</a><br>\n"
+            "</body></html>\n")
+        links.append(f"<a href=\"{project}/\">{project}</a><br>")
+    (simple / "index.html").write_text(
+        "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+        "<title>gdsfleet stand-in package index (TEST ONLY)</title></head><body>\n"
+        + "\n".join(links) + "\n</body></html>\n")
+    return wheels
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["--versions"]:
+        v = pinned_versions()
+        print(v["kvikio"], v["cupy"])
+        return 0
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 64
+    for wheel in build_index(Path(argv[1])):
+        print(f"built {wheel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

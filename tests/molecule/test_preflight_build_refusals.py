@@ -86,7 +86,8 @@ def runs(
     # The control node runs in the --check run (quicker than a real rollout): it has python3-apt
     # (the node image has it), headers and driver sources, so no preflight check may refuse it.
     check_nodes = {"check_without_python3_apt": module_sim_node("nvfs"),
-                   "control": module_sim_node("nvfs")}
+                   "control": module_sim_node("nvfs"),
+                   "headers_in_repo": module_sim_node("nvfs")}
     kernel = check_nodes["control"].exec("uname -r").stdout.strip()
     # APT knows one repository, and it has no kernel headers (the stand-in DOCA repository).
     nodes["no_headers_in_repo"].install_repo(standin_repo, doca=True)
@@ -100,6 +101,9 @@ def runs(
         node.apt_install("dkms", f"linux-headers-{kernel}")
         node.exec("rm -f /etc/apt/sources.list.d/gdsfleet-test.list && "
                   "rm -rf /var/lib/apt/lists/*")
+    # Headers not installed, but APT's repository (the stand-in CUDA one) offers them: the
+    # roles will install them, so preflight must let the node through.
+    check_nodes["headers_in_repo"].install_repo(standin_repo, doca=False)
     check_nodes["check_without_python3_apt"].exec(
         "DEBIAN_FRONTEND=noninteractive dpkg --purge python3-apt >/dev/null")
     everyone = {**nodes, **check_nodes}
@@ -170,3 +174,15 @@ def test_control_node_gets_past_preflight(runs: dict[str, Any]) -> None:
     failure = _first_failure(results)
     assert failure is None or not failure[0].startswith(PREFLIGHT), failure
     assert any(name.startswith("gdsfleet.gds.cuda : ") for name, _ in results)
+
+
+def test_headers_offered_by_a_repository_are_enough(runs: dict[str, Any]) -> None:
+    """apt-cache names a candidate for linux-headers-<kernel>: no refusal, and the fact says so."""
+    results = runs["results"]["headers_in_repo"]
+    failure = _first_failure(results)
+    assert failure is None or not failure[0].startswith(PREFLIGHT), failure
+    facts = [r.get("ansible_facts", {}).get("gds_preflight_build") for _, r in results]
+    build = next(f for f in facts if f)
+    assert build["headers_installed"] is False
+    assert build["headers_candidate"].endswith("-1"), build  # the stand-in package's version
+    assert build["package_index_known"] is True

@@ -302,6 +302,10 @@ def gather() -> dict:
     items["ofed_info"] = run(["ofed_info", "-s"])
     items["packages"] = packages()
     items["dkms_status"] = run(["dkms", "status"])
+    # The kernel the node boots next: RHEL's grubby names it; elsewhere the newest
+    # /boot/vmlinuz-* (GRUB's default entry on Debian/Ubuntu with GRUB_DEFAULT=0).
+    items["boot_dir"] = listdir("/boot")
+    items["grubby_default_kernel"] = run(["grubby", "--default-kernel"])
     items["lsblk"] = lsblk()
     items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
     items["libcufile"] = find_libcufile()

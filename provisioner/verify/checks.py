@@ -21,7 +21,7 @@ from provisioner.verify.model import (
     CheckResult,
     IoTestResult,
 )
-from provisioner.verify.parsers import storage
+from provisioner.verify.parsers import nvfs_stats, storage
 from provisioner.verify.parsers.driver import version_tuple
 from provisioner.verify.policy import Policy
 
@@ -93,6 +93,34 @@ def _target_route(route: str, policy: Policy) -> str | None:
 
 def _vge(have: str | None, want: str) -> bool:
     return bool(have) and version_tuple(have) >= version_tuple(want)
+
+
+def _nvfs_version_check(n: dict[str, Any], minimum: str) -> tuple[str, str, str, str, str]:
+    """nvfs.version from the full x.y.z version when any source has it. /proc/driver/nvidia-fs/
+    version prints major.minor only: with nothing better, a major.minor equal to the minimum's
+    cannot be judged (2.17 may be 2.17.3 or 2.17.5), so it warns instead of failing."""
+    ver = n.get("version")
+    src = n.get("version_source") or "unknown source"
+    expected = f">= {minimum}"
+    observed = f"{ver} ({src})" if ver else "unknown"
+    if not ver:
+        return ("nvfs.version", WARN, expected, observed,
+                "Could not read the nvidia-fs version (/sys/module/nvidia_fs/version, the stats "
+                "header, `modinfo -F version nvidia_fs`): check the module by hand.")
+    if nvfs_stats.is_major_minor_only(ver) and len(version_tuple(minimum)) > 2:
+        have, want = version_tuple(ver)[:2], version_tuple(minimum)[:2]
+        if have > want:
+            return ("nvfs.version", PASS, expected, observed,
+                    "nvidia-fs version meets the policy (major.minor from /proc).")
+        if have == want:
+            return ("nvfs.version", WARN, expected, observed,
+                    f"Only major.minor ({ver}) is readable (/proc/driver/nvidia-fs/version); the "
+                    f"patch level decides against {minimum}. Read it with `modinfo -F version "
+                    "nvidia_fs` or `cat /sys/module/nvidia_fs/version`.")
+    if _vge(ver, minimum):
+        return ("nvfs.version", PASS, expected, observed, "nvidia-fs version meets the policy.")
+    return ("nvfs.version", FAIL, expected, observed,
+            "Upgrade nvidia-fs (nvidia-fs-dkms from the CUDA repository) and reload it.")
 
 
 class _Checks:
@@ -188,16 +216,11 @@ class _Checks:
                     "nvidia-fs is not installed for this kernel: run the gdsfleet.gds.nvidia_fs "
                     "role (nvidia-fs-dkms) and check `dkms status`")
             self.add("nvfs.module.loaded", FAIL, "nvidia_fs loaded", "not loaded", hint + ".")
-        ver = n.get("version")
         if not n.get("loaded"):
             self.add("nvfs.version", SKIP, f">= {self.p.min_nvfs_version}", "not loaded",
                      "Skipped: nvidia_fs is not loaded.")
-        elif _vge(ver, self.p.min_nvfs_version):
-            self.add("nvfs.version", PASS, f">= {self.p.min_nvfs_version}", str(ver),
-                     "nvidia-fs version meets the policy.")
         else:
-            self.add("nvfs.version", FAIL, f">= {self.p.min_nvfs_version}", str(ver or "unknown"),
-                     "Upgrade nvidia-fs (nvidia-fs-dkms from the CUDA repository) and reload it.")
+            self.add(*_nvfs_version_check(n, self.p.min_nvfs_version))
         ks = self.f.get("kallsyms") or {}
         sym = ks.get("nvfs_dma_ops")
         if sym:
@@ -251,6 +274,49 @@ class _Checks:
                      "The nvfs route needs the GDS-patched NVMe driver from DOCA (doca-ofed + "
                      "mlnx-nvme-dkms) or MLNX_OFED: run the gdsfleet.gds.mofed role."
                      if self.target == "nvfs" else "Skipped: route is not nvfs.")
+
+    # -- the kernel the node boots next (nvfs route) -----------------------------------------
+    def boot_kernel(self) -> None:
+        cid = "nvfs.dkms.boot_kernel"
+        expected = "nvidia-fs (and mlnx-nvme) built for the boot kernel"
+        if self.target == "p2pdma":
+            self.add(cid, SKIP, expected, "p2pdma route",
+                     "Skipped: the p2pdma route does not use nvidia-fs or MOFED/DOCA.")
+            return
+        boot = self.f.get("boot") or {}
+        dk = self.f.get("dkms") or {}
+        mods = dk.get("modules") or []
+        nvfs = [m for m in mods if m.get("module") == "nvidia-fs"]
+        kernel = boot.get("default")
+        if not kernel:
+            self.add(cid, SKIP, expected, "boot kernel unknown",
+                     "Skipped: cannot tell which kernel boots next (no /boot/vmlinuz-*, no "
+                     "grubby).")
+            return
+        if not dk.get("available") or not nvfs:
+            self.add(cid, SKIP, expected, f"boot kernel {kernel}",
+                     "Skipped: nvidia-fs is not a DKMS module on this node.")
+            return
+        missing = []
+        for name, entries in (("nvidia-fs", nvfs),
+                              ("mlnx-nvme", [m for m in mods if m.get("module") == "mlnx-nvme"])):
+            if entries and not any(m.get("kernel") == kernel and m.get("state") == "installed"
+                                   for m in entries):
+                missing.append(name)
+        observed = f"{kernel} ({boot.get('source')})"
+        if not missing:
+            self.add(cid, PASS, expected, observed,
+                     f"DKMS built the GDS modules for {kernel}, the kernel the node boots next.")
+            return
+        release = (self.f.get("kernel") or {}).get("release")
+        headers_pkg = f"linux-headers-{kernel}" if (self.f.get("os") or {}).get(
+            "family") != "redhat" else f"kernel-devel-{kernel}"
+        self.add(cid, WARN, expected, observed + ": no " + ", ".join(missing),
+                 f"The node boots {kernel} next (running: {release}) and DKMS has no "
+                 f"{' or '.join(missing)} built for it: after that reboot GDS I/O drops silently "
+                 f"to compat mode. Install {headers_pkg} and run `dkms autoinstall -k {kernel}` "
+                 "(the nvidia_fs and mofed roles do this for every kernel with headers), or make "
+                 "the running kernel the default boot entry.")
 
     # -- p2pdma route ------------------------------------------------------------------------
     def p2pdma(self) -> None:
@@ -591,7 +657,8 @@ class _Checks:
 
     def run(self) -> list[CheckResult]:
         steps: list[Callable[[], None]] = [
-            self.gpu, self.kernel, self.nvfs, self.p2pdma, self.cufile, self.filesystem,
+            self.gpu, self.kernel, self.nvfs, self.boot_kernel, self.p2pdma, self.cufile,
+            self.filesystem,
             self.gdscheck, self.route_checks, self.io_checks,
         ]
         for step in steps:

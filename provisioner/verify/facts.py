@@ -117,18 +117,22 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
     stats = nvfs_stats.parse(stats_text) if stats_text is not None else None
     ver_text = _text(doc, "nvfs_version")
     modinfo_ver = _item(doc, "modinfo_nvfs_version")
-    nvfs_version = (
-        (nvfs_stats.parse_version(ver_text) if ver_text else None)
-        or nvfs_mod.get("version")
-        or (stats.driver_version if stats else None)
+    installed_version = ((modinfo_ver.get("out") or "").strip() or None
+                         if _ok(modinfo_ver) else None)
+    nvfs_version, nvfs_version_source = nvfs_stats.full_version(
+        module_version=nvfs_mod.get("version") if nvfs_mod["loaded"] else None,
+        stats_version=stats.driver_version if stats else None,
+        modinfo_version=installed_version,
+        proc_version=nvfs_stats.parse_version(ver_text) if ver_text else None,
     )
     rw = nvfs_mod["params"].get("rw_stats_enabled") or {}
     facts["nvfs"] = {
         "loaded": nvfs_mod["loaded"],
         "version": nvfs_version,
+        "version_source": nvfs_version_source,
+        "proc_version": nvfs_stats.parse_version(ver_text) if ver_text else None,
         "module_version": nvfs_mod.get("version"),
-        "installed_version": (modinfo_ver.get("out") or "").strip() or None
-        if _ok(modinfo_ver) else None,
+        "installed_version": installed_version,
         "params": {k: v.get("value") for k, v in nvfs_mod["params"].items()},
         "rw_stats_enabled": rw.get("value"),
         "rw_stats_writable": bool(rw.get("writable")),
@@ -183,6 +187,8 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
     dk = _item(doc, "dkms_status")
     facts["dkms"] = {"available": dk.get("rc") is not None,
                      "modules": packages.parse_dkms_status(dk.get("out") or "")}
+    facts["boot"] = packages.boot_kernel(
+        _text(doc, "boot_dir"), _text(doc, "grubby_default_kernel"))
     of = _item(doc, "ofed_info")
     facts["ofed"] = packages.parse_ofed_info(of.get("out") or "") if _ok(of) else {
         "flavor": None, "version": None, "raw": None}

@@ -159,6 +159,36 @@ def parse_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+# Where a full x.y.z version comes from, most authoritative first: the loaded module's
+# MODULE_VERSION (/sys/module/nvidia_fs/version), the stats header `NVFS Driver(version:
+# x.y.z)` (also the loaded module), `modinfo -F version nvidia_fs` (the module file installed
+# for the running kernel, which may be newer than the loaded one). /proc/driver/nvidia-fs/version
+# prints major.minor only (nvfs-proc.c: "version: %u.%u"), so it is the last resort.
+VERSION_SOURCES = ("sysfs", "stats", "modinfo", "proc")
+
+
+def full_version(*, module_version: str | None, stats_version: str | None,
+                 modinfo_version: str | None, proc_version: str | None
+                 ) -> tuple[str | None, str | None]:
+    """(version, source) of nvidia-fs: the first source that carries major.minor.patch, else
+    the first that carries anything (then possibly major.minor only, from /proc)."""
+    values = (module_version, stats_version, modinfo_version, proc_version)
+    candidates = list(zip(VERSION_SOURCES, values, strict=True))
+    cleaned = [(src, (v or "").strip()) for src, v in candidates]
+    for src, v in cleaned:
+        if re.fullmatch(r"\d+\.\d+\.\d+(?:[.\-]\S*)?", v):
+            return v, src
+    for src, v in cleaned:
+        if re.match(r"\d+(?:\.\d+)*", v):
+            return v, src
+    return None, None
+
+
+def is_major_minor_only(version: str | None) -> bool:
+    """True for ``2.17`` (what /proc/driver/nvidia-fs/version prints), False for ``2.17.5``."""
+    return bool(version) and re.fullmatch(r"\d+\.\d+", (version or "").strip()) is not None
+
+
 def parse_devcount(text: str) -> int | None:
     m = re.search(r"(\d+)", text)
     return int(m.group(1)) if m else None

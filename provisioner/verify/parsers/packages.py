@@ -82,3 +82,30 @@ def parse_ofed_info(text: str) -> dict[str, str | None]:
     if line.startswith("OFED-internal-"):
         return {"flavor": "doca", "version": line[len("OFED-internal-"):], "raw": line}
     return {"flavor": "unknown", "version": line, "raw": line}
+
+
+def _kernel_key(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", release))
+
+
+def boot_kernel(boot_listing: str | None, grubby_default: str | None) -> dict[str, Any]:
+    """The kernel the node boots next. ``grubby --default-kernel`` (RHEL family) prints
+    ``/boot/vmlinuz-<release>``; without it, the newest ``/boot/vmlinuz-<release>`` by version
+    order, which is GRUB's default entry on Debian/Ubuntu (update-grub lists the newest kernel
+    first and GRUB_DEFAULT=0 boots it). A GRUB_DEFAULT pinned to another entry is not read."""
+    kernels = sorted(
+        (name[len("vmlinuz-"):] for name in (boot_listing or "").split()
+         if name.startswith("vmlinuz-") and len(name) > len("vmlinuz-")
+         and not name.endswith((".old", ".bak", ".efi.signed"))),
+        key=_kernel_key,
+    )
+    default: str | None = None
+    source: str | None = None
+    line = (grubby_default or "").strip().splitlines()
+    if line and "vmlinuz-" in line[0]:
+        default = line[0].rsplit("vmlinuz-", 1)[1].strip() or None
+        source = "grubby --default-kernel"
+    elif kernels:
+        default = kernels[-1]
+        source = "newest /boot/vmlinuz-*"
+    return {"kernels": kernels, "default": default, "source": source}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -239,6 +240,7 @@ fi
         "linux-headers-amd64", f"{kver}-1",
         "Header files for Linux amd64 configuration (meta-package; stand-in: the running kernel)",
         depends=f"linux-headers-{kernel} (= {kver}-1)"))
+    pkgs += next_kernel_packages(kernel)
     keyring_pkg = Pkg(
         "cuda-keyring", "1.1-1", "GPG keyring for the CUDA repository", arch="all",
         files={"etc/apt/sources.list.d/cuda-debian12-x86_64.list": (
@@ -247,6 +249,36 @@ fi
         conffiles=["etc/apt/sources.list.d/cuda-debian12-x86_64.list"])
     pkgs.append(keyring_pkg)
     return pkgs
+
+
+def next_kernel(kernel: str) -> str:
+    """A kernel release newer than ``kernel`` (6.18.44-fc-v595 -> 6.18.45-fc-v595): the kernel an
+    update installed and the node boots next (GRUB's default entry is the newest kernel)."""
+    m = re.match(r"^(\d+)\.(\d+)\.(\d+)(.*)$", kernel)
+    if m:
+        return f"{m.group(1)}.{m.group(2)}.{int(m.group(3)) + 1}{m.group(4)}"
+    m = re.match(r"^(\d+)\.(\d+)(.*)$", kernel)
+    if m:
+        return f"{m.group(1)}.{int(m.group(2)) + 1}{m.group(3)}"
+    return kernel + "-next"
+
+
+def next_kernel_packages(kernel: str) -> list[Pkg]:
+    """A second, newer kernel (image + headers) that a kernel update would install: the node
+    keeps running ``kernel`` (the simulation cannot boot another one) but /boot and /lib/modules
+    show the new one, so per-kernel DKMS builds and the boot-kernel check can be tested. No
+    /etc/kernel/postinst.d hook runs DKMS here: the roles must build for it themselves."""
+    nk = next_kernel(kernel)
+    nver = nk.split("-")[0] if nk[:1].isdigit() else "0"
+    return [
+        Pkg(f"linux-image-{nk}", f"{nver}-1", f"Linux kernel image {nk} (stand-in, never booted)",
+            files={f"boot/vmlinuz-{nk}": (f"{STANDIN}: kernel image {nk}\n", 0o644),
+                   f"boot/config-{nk}": (f"# {STANDIN}\nCONFIG_PCI_P2PDMA=y\n", 0o644),
+                   f"lib/modules/{nk}/modules.order": ("", 0o644)}),
+        Pkg(f"linux-headers-{nk}", f"{nver}-1", f"Header files for Linux {nk} (stand-in)",
+            files={f"usr/src/linux-headers-{nk}/Makefile": (f"# {STANDIN}\n", 0o644)},
+            symlinks={f"lib/modules/{nk}/build": f"/usr/src/linux-headers-{nk}"}),
+    ]
 
 
 def build_cuda_keyring(pkg: Pkg, keyring: bytes, outdir: Path) -> None:

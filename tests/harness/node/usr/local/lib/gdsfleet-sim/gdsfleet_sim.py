@@ -40,6 +40,8 @@ DEFAULTS = {
     "SIM_SECURE_BOOT": "0",
     "SIM_DKMS_BUILD": "ok",
     "SIM_KVIKIO": "1",
+    "SIM_DRIVER_SOURCES": "1",
+    "SIM_DISTRO_KERNEL": "1",
 }
 ALLOWED = {
     "SIM_GPU_DRIVER": {"open", "proprietary", "none"},
@@ -49,6 +51,8 @@ ALLOWED = {
     "SIM_SECURE_BOOT": {"0", "1"},
     "SIM_DKMS_BUILD": {"ok", "fail"},
     "SIM_KVIKIO": {"0", "1"},
+    "SIM_DRIVER_SOURCES": {"0", "1"},
+    "SIM_DISTRO_KERNEL": {"0", "1"},
 }
 GPU_BDFS = ["0000:41:00.0", "0000:61:00.0", "0000:a1:00.0", "0000:c1:00.0",
             "0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:e1:00.0"]
@@ -856,3 +860,28 @@ def cufile_log_io(kind: str, route: str | None, fd: int, size: int, offset: int)
     mode = f"p2p mode: {int(route == 'p2pdma')} compat: {int(route is None)}"
     cufile_log("TRACE", "cufio_core:2964", f"{kind} fd: {fd} offset: {offset} length: {size} "
                + mode)
+
+
+# ----------------------------------------------------------------------------- driver sources
+DRIVER_SOURCES_GLOB = "/usr/src/nvidia-[0-9]*"
+
+
+def driver_sources_dir() -> str:
+    return f"/usr/src/nvidia-{driver_version()}"
+
+
+def driver_sources_setup() -> None:
+    """The GPU driver's kernel sources as its DKMS package leaves them: /usr/src/nvidia-<version>/
+    with nvidia/nv-p2p.h, the header nvidia-fs compiles against. Simulated driver state (the
+    project never installs the driver); SIM_DRIVER_SOURCES=0 removes them, like a driver
+    installed from precompiled modules or a vendor image (the lent H100 has none)."""
+    keep = ""
+    if gpu_driver() != "none" and profile().get("SIM_DRIVER_SOURCES", "1") == "1":
+        keep = driver_sources_dir()
+        os.makedirs(keep + "/nvidia", exist_ok=True)
+        with open(keep + "/nvidia/nv-p2p.h", "w") as fh:
+            fh.write("/* TEST STAND-IN (gdsfleet harness): the NVIDIA driver's nv-p2p.h, "
+                     "simulated. */\n#ifndef _NV_P2P_H_\n#define _NV_P2P_H_\n#endif\n")
+    for path in glob.glob(DRIVER_SOURCES_GLOB):
+        if path != keep:
+            subprocess.run(["rm", "-rf", path], check=False)

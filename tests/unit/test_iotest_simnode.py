@@ -176,7 +176,9 @@ JSON""")
 def run_iotest(node: SimNode, **opts: Any) -> dict[str, Any]:
     """The node script with hand-set options (what command() would not send)."""
     args = {"path": "/mnt/gds", "timeout_s": 120, "try_compat": False, **opts}
-    res = PodmanRunner(node).run("python3 - " + shlex.quote(json.dumps(args)), timeout=300,
+    # the verification runtime the role installed (install_verify_runtime in the fixtures)
+    python = "/opt/gdsfleet/venv/bin/python"
+    res = PodmanRunner(node).run(f"{python} - " + shlex.quote(json.dumps(args)), timeout=300,
                                  stdin=load_script("iotest.py"))
     assert res.exit_status == 0, res.stderr
     doc: dict[str, Any] = json.loads(res.stdout)

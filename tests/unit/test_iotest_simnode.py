@@ -120,6 +120,12 @@ def test_p2pdma_node_is_compliant_without_nvidia_fs(module_sim_node: Callable[..
     node = module_sim_node("p2pdma", nvme=True)
     node.install_repo(standin_repo, doca=False)
     node.apt_install("nvidia-gds-12-9")
+    # what the p2pdma role writes, in effect after a reboot (the route needs both on x86)
+    node.exec("""cat > /etc/modprobe.d/zz-gdsfleet-p2pdma.conf <<'EOF'
+options nvme_core multipath=N
+options nvidia NVreg_RegistryDwords="RMForceStaticBar1=1;RmForceDisableIomapWC=1;"
+EOF""")
+    node.reboot()
     prepare_gds_mount(node)
     # what the cufile role renders for gds_route: p2pdma (plain JSON)
     node.exec("""cat > /etc/cufile.json <<'JSON'
@@ -133,6 +139,8 @@ JSON""")
                                       report.facts["kallsyms"], report.raw.get("gdscheck"))
     assert report.compliant, failing
     assert report.io_test.evidence["proof"] == "compat_off"
+    s = statuses(report)
+    assert s["p2pdma.nvidia_registry"] == s["p2pdma.modprobe_config"] == "pass"
 
 
 def test_gpu_less_node_without_kvikio_is_a_clear_skip(

@@ -89,3 +89,16 @@ def test_preflight_with_the_role_passes_and_check_mode_changes_nothing(play: Any
     assert "options nvme_core multipath=N" in proc.stdout
     assert _state(play.node) == before
     assert "own" not in before.split()
+
+
+def test_check_mode_on_a_node_without_modprobe_d(play: Any) -> None:
+    """The H100 image has no /etc/modprobe.d at all: check mode must not fail on it."""
+    play.node.exec("mv /etc/modprobe.d /etc/modprobe.d.gdsfleet-test")
+    try:
+        proc = play(["gdsfleet.gds.p2pdma"], check=True)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert "failed=0" in proc.stdout
+        assert "would hold: options nvme_core multipath=N" in proc.stdout
+        assert play.node.exec("test -e /etc/modprobe.d", check=False).returncode == 1
+    finally:
+        play.node.exec("rm -rf /etc/modprobe.d; mv /etc/modprobe.d.gdsfleet-test /etc/modprobe.d")

@@ -258,7 +258,7 @@ def load_inventory(
             templar = Templar(loader=loader, variables=hv)
             wanted = {k: hv[k] for k in hv if k in _CONN_VARS or k.startswith(
                 ("gds_", "cuda_", "mofed_", "nvme_", "nvidia_fs_", "cufile_", "preflight_",
-                 "gdsfleet_"))}
+                 "p2pdma_", "gdsfleet_"))}
             rendered: dict[str, Any] = {}
             for key, value in wanted.items():
                 try:

@@ -240,6 +240,42 @@ def find_libcufile() -> dict:
     return {"kind": "probe", "rc": 0 if uniq else None, "out": "\n".join(uniq), "err": ""}
 
 
+MODPROBE_DIRS = (
+    "/etc/modprobe.d",
+    "/run/modprobe.d",
+    "/usr/local/lib/modprobe.d",
+    "/lib/modprobe.d",
+    "/usr/lib/modprobe.d",
+)
+MODPROBE_MODULES = ("nvidia", "nvme_core", "nvme-core")
+
+
+def modprobe_options() -> dict:
+    """The `options` lines for the modules the p2pdma route configures, from every modprobe.d
+    directory, plus the list of their *.conf files (a file in /etc hides one of the same name
+    elsewhere): out = {"files": [...], "options": ["<path>:<line>", ...]}."""
+    files = []
+    options = []
+    for directory in MODPROBE_DIRS:
+        for path in sorted(glob.glob(os.path.join(directory, "*.conf"))):
+            files.append(path)
+            try:
+                with open(path, "rb") as fh:
+                    text = fh.read(MAX_TEXT).decode("utf-8", "replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] == "options" and parts[1] in MODPROBE_MODULES:
+                    options.append(f"{path}:{line.strip()}")
+    return {
+        "kind": "probe",
+        "rc": 0,
+        "out": json.dumps({"files": files, "options": options}, sort_keys=True),
+        "err": "",
+    }
+
+
 def gather() -> dict:
     items = {}
     uname = platform.uname()
@@ -266,6 +302,7 @@ def gather() -> dict:
         "mounts": "/proc/self/mounts",
         "reboot_required": "/var/lib/gdsfleet/reboot-required",
         "nvfs_modules_load": "/etc/modules-load.d/nvidia_fs.conf",
+        "nvidia_params": "/proc/driver/nvidia/params",
     }
     for key, path in files.items():
         items[key] = read_file(path)
@@ -309,6 +346,7 @@ def gather() -> dict:
     items["lsblk"] = lsblk()
     items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
     items["libcufile"] = find_libcufile()
+    items["modprobe_options"] = modprobe_options()
     gdscheck = find_gdscheck()
     if gdscheck is None:
         items["gdscheck"] = {"kind": "cmd", "rc": None, "out": "", "err": "not found"}

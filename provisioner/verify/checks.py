@@ -23,6 +23,7 @@ from provisioner.verify.model import (
 )
 from provisioner.verify.parsers import nvfs_stats, storage
 from provisioner.verify.parsers.driver import version_tuple
+from provisioner.verify.parsers.modprobe import registry_has
 from provisioner.verify.policy import Policy
 
 DIRECT_ROUTES = ("nvfs", "p2pdma")
@@ -56,11 +57,24 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
         "nvfs": bool(nvfs.get("loaded") and ks.get("nvfs_dma_ops")),
         "p2pdma": bool(
             ks.get("p2pdma_pgmap_ops") and cf.get("use_pci_p2pdma")
-            and cf.get("block_nvme_use_pci_p2pdma")
+            and not _block_nvme_p2pdma_off(cf)
         ),
         "gdscheck": (_gc_nvme(facts) or {}).get("route"),
         "stack": stack_present(facts),
     }
+
+
+def _block_nvme_p2pdma_off(cf: dict[str, Any]) -> bool:
+    """block.nvme.use_pci_p2pdma explicitly false. Absent is fine: NVIDIA's P2PDMA guide sets
+    only properties.use_pci_p2pdma. Facts recorded before the raw value was kept only tell
+    false (absent or set false) apart from true."""
+    if "block_nvme_use_pci_p2pdma_raw" in cf:
+        raw = cf.get("block_nvme_use_pci_p2pdma_raw")
+        return raw is not None and not raw
+    return cf.get("block_nvme_use_pci_p2pdma") is False
+
+
+P2PDMA_REGISTRY_KEYS = (("RMForceStaticBar1", "1"), ("RmForceDisableIomapWC", "1"))
 
 
 def determine_route(facts: dict[str, Any]) -> str:
@@ -325,7 +339,8 @@ class _Checks:
         mp = (self.f.get("nvme") or {}).get("multipath")
         machine = (self.f.get("kernel") or {}).get("machine") or ""
         if self.target != "p2pdma":
-            for cid in ("p2pdma.kernel", "p2pdma.nvme_multipath"):
+            for cid in ("p2pdma.kernel", "p2pdma.nvme_multipath", "p2pdma.nvidia_registry",
+                        "p2pdma.modprobe_config"):
                 self.add(cid, SKIP, "n/a", f"route {self.route}",
                          "Skipped: the node is not on the p2pdma route.")
             block = cf.get("block_nvme_use_pci_p2pdma")
@@ -345,24 +360,115 @@ class _Checks:
             self.add("p2pdma.kernel", FAIL, "p2pdma_pgmap_ops in kallsyms", "absent",
                      "The kernel lacks PCI P2PDMA: boot a kernel with CONFIG_PCI_P2PDMA (Ubuntu "
                      ">= 6.2) or use the nvfs route.")
+        conf = self.f.get("modprobe") or {}
+        conf_mp = (conf.get("nvme_multipath") or {}).get("value")
+        mp_file = (conf.get("nvme_multipath") or {}).get("file")
         if mp == "N":
             self.add("p2pdma.nvme_multipath", PASS, "N", "N", "NVMe multipath is off.")
         elif not machine.startswith("x86"):
             self.add("p2pdma.nvme_multipath", SKIP, "N (x86 only)", str(mp),
                      "Skipped: the multipath requirement applies to x86.")
+        elif conf_mp in ("N", "n", "0"):
+            self.add("p2pdma.nvme_multipath", FAIL, "N", f"{mp} (configured N in {mp_file})",
+                     f"nvme_core multipath=N is configured in {mp_file} but the running module "
+                     f"still has {mp}: reboot the node (the rollout does with --allow-reboot) so "
+                     "it takes effect; the initramfs must carry it (the gdsfleet.gds.p2pdma role "
+                     "rebuilt it).")
         else:
             self.add("p2pdma.nvme_multipath", FAIL, "N", str(mp),
-                     "Set `options nvme_core multipath=N` in /etc/modprobe.d, rebuild the "
-                     "initramfs and reboot.")
-        a, b = cf.get("use_pci_p2pdma"), cf.get("block_nvme_use_pci_p2pdma")
-        if a and b:
-            self.add("p2pdma.cufile", PASS, "both use_pci_p2pdma keys true", "true, true",
+                     "Set `options nvme_core multipath=N` in /etc/modprobe.d (the "
+                     "gdsfleet.gds.p2pdma role writes it), rebuild the initramfs and reboot.")
+        self._p2pdma_registry(machine)
+        self._p2pdma_modprobe_config(machine, mp)
+        a, b = cf.get("use_pci_p2pdma"), cf.get("block_nvme_use_pci_p2pdma_raw",
+                                                cf.get("block_nvme_use_pci_p2pdma"))
+        if a and not _block_nvme_p2pdma_off(cf):
+            self.add("p2pdma.cufile", PASS,
+                     "properties.use_pci_p2pdma true, block.nvme.use_pci_p2pdma not false",
+                     f"properties={a}, block.nvme={'unset' if b is None else b}",
                      "cufile.json enables P2PDMA for NVMe.")
         else:
-            self.add("p2pdma.cufile", FAIL, "both use_pci_p2pdma keys true",
-                     f"properties={a}, block.nvme={b}",
-                     "Set properties.use_pci_p2pdma and block.nvme.use_pci_p2pdma to true in "
-                     "cufile.json (the gdsfleet.gds.cufile role does with gds_route: p2pdma).")
+            self.add("p2pdma.cufile", FAIL,
+                     "properties.use_pci_p2pdma true, block.nvme.use_pci_p2pdma not false",
+                     f"properties={a}, block.nvme={'unset' if b is None else b}",
+                     "Set properties.use_pci_p2pdma to true in cufile.json"
+                     + (" and remove block.nvme.use_pci_p2pdma: false (or set it true)"
+                        if _block_nvme_p2pdma_off(cf) else "")
+                     + " (the gdsfleet.gds.cufile role does with gds_route: p2pdma).")
+
+    def _p2pdma_registry(self, machine: str) -> None:
+        """p2pdma.nvidia_registry: the RUNNING nvidia module has the RegistryDwords keys."""
+        want = ";".join(f"{k}={v}" for k, v in P2PDMA_REGISTRY_KEYS) + ";"
+        params = self.f.get("nvidia_params") or {}
+        conf = self.f.get("modprobe") or {}
+        conf_reg = conf.get("registry") or {}
+        conf_file = (conf.get("registry_dwords") or {}).get("file")
+        if not machine.startswith("x86"):
+            self.add("p2pdma.nvidia_registry", SKIP, f"RegistryDwords has {want} (x86 only)",
+                     machine or "unknown", "Skipped: the RegistryDwords keys apply to x86.")
+            return
+        if not params.get("present"):
+            self.add("p2pdma.nvidia_registry", SKIP, f"RegistryDwords has {want}",
+                     "no /proc/driver/nvidia/params",
+                     "Skipped: the NVIDIA driver is not loaded (see gpu.driver.loaded).")
+            return
+        running = params.get("registry") or {}
+        observed = f'RegistryDwords: "{params.get("registry_dwords") or ""}"'
+        missing = [f"{k}={v}" for k, v in P2PDMA_REGISTRY_KEYS if not registry_has(running, k, v)]
+        if not missing:
+            self.add("p2pdma.nvidia_registry", PASS, f"RegistryDwords has {want}", observed,
+                     "The nvidia module runs with the registry keys P2PDMA needs.")
+        elif all(registry_has(conf_reg, k, v) for k, v in P2PDMA_REGISTRY_KEYS):
+            self.add("p2pdma.nvidia_registry", FAIL, f"RegistryDwords has {want}",
+                     f"{observed} (configured in {conf_file})",
+                     f"NVreg_RegistryDwords with {want} is configured in {conf_file} but the "
+                     f"loaded nvidia module lacks {';'.join(missing)}: reboot the node (the "
+                     "rollout does with --allow-reboot) so the driver loads with it.")
+        else:
+            self.add("p2pdma.nvidia_registry", FAIL, f"RegistryDwords has {want}", observed,
+                     f"The nvidia module runs without {';'.join(missing)}: add "
+                     f'`options nvidia NVreg_RegistryDwords="{want}"` (merged with any keys you '
+                     "already set) to /etc/modprobe.d - the gdsfleet.gds.p2pdma role does - "
+                     "rebuild the initramfs and reboot.")
+
+    def _p2pdma_modprobe_config(self, machine: str, running_mp: str | None) -> None:
+        """p2pdma.modprobe_config: modprobe.d keeps both settings for the next boot."""
+        expected = "multipath=N and the RegistryDwords keys in modprobe.d"
+        if not machine.startswith("x86"):
+            self.add("p2pdma.modprobe_config", SKIP, expected + " (x86 only)",
+                     machine or "unknown", "Skipped: the module options apply to x86.")
+            return
+        conf = self.f.get("modprobe") or {}
+        if not conf.get("gathered"):
+            self.add("p2pdma.modprobe_config", SKIP, expected, "not gathered",
+                     "Skipped: this gather did not read modprobe.d.")
+            return
+        mp = conf.get("nvme_multipath") or {}
+        reg = conf.get("registry") or {}
+        gaps = []
+        if mp.get("value") not in ("N", "n", "0"):
+            gaps.append(f"nvme_core multipath={mp.get('value') or 'unset'}"
+                        + (f" ({mp.get('file')})" if mp.get("file") else ""))
+        missing = [f"{k}={v}" for k, v in P2PDMA_REGISTRY_KEYS if not registry_has(reg, k, v)]
+        if missing:
+            gaps.append("NVreg_RegistryDwords lacks " + ";".join(missing))
+        if not gaps:
+            self.add("p2pdma.modprobe_config", PASS, expected,
+                     f"{mp.get('file')}; {(conf.get('registry_dwords') or {}).get('file')}",
+                     "modprobe.d configures the P2PDMA module options for every boot.")
+            return
+        params = self.f.get("nvidia_params") or {}
+        running_ok = running_mp == "N" and all(
+            registry_has(params.get("registry") or {}, k, v) for k, v in P2PDMA_REGISTRY_KEYS)
+        self.add("p2pdma.modprobe_config", WARN if running_ok else FAIL, expected,
+                 "; ".join(gaps),
+                 ("The running modules have the P2PDMA options but modprobe.d does not keep "
+                  "them, so the next boot loses them: " if running_ok else
+                  "modprobe.d does not configure the P2PDMA module options: ")
+                 + "run the gdsfleet.gds.p2pdma role (it writes `options nvme_core multipath=N` "
+                 "and merges RMForceStaticBar1=1;RmForceDisableIomapWC=1; into "
+                 "NVreg_RegistryDwords, rebuilds the initramfs and records the reboot), then "
+                 "reboot.")
 
     # -- cuFile ------------------------------------------------------------------------------
     def cufile(self) -> None:

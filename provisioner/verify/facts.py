@@ -14,6 +14,7 @@ from provisioner.verify.parsers import (
     driver,
     gdscheck,
     kernel,
+    modprobe,
     nvfs_stats,
     os_release,
     packages,
@@ -214,7 +215,36 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
         rb) else []
     facts["reboot"] = {"required": _ok(rb), "reasons": reasons}
     facts["verify_runtime"] = verify_runtime_facts(_item(doc, "verify_runtime"))
+    facts.update(_module_options_facts(doc))
     return facts
+
+
+def _module_options_facts(doc: dict[str, Any]) -> dict[str, Any]:
+    """The running nvidia module parameters (/proc/driver/nvidia/params) and the nvidia /
+    nvme_core options modprobe.d configures (what the next module load, i.e. boot, uses)."""
+    params_text = _text(doc, "nvidia_params")
+    params = modprobe.parse_nvidia_params(params_text) if params_text is not None else None
+    raw_dwords = params.get("RegistryDwords") if params is not None else None
+    mp_item = _item(doc, "modprobe_options")
+    configured = modprobe.configured_options(str(mp_item.get("out") or "")) if _ok(
+        mp_item) else {}
+    conf_dwords = (configured.get("nvidia") or {}).get("NVreg_RegistryDwords")
+    return {
+        "nvidia_params": {
+            "present": params is not None,
+            "registry_dwords": raw_dwords,
+            "registry": modprobe.parse_registry_dwords(raw_dwords) if raw_dwords is not None
+            else None,
+        },
+        "modprobe": {
+            "gathered": _ok(mp_item),
+            "options": configured,
+            "nvme_multipath": (configured.get("nvme_core") or {}).get("multipath"),
+            "registry_dwords": conf_dwords,
+            "registry": modprobe.parse_registry_dwords(conf_dwords["value"]) if conf_dwords
+            else {},
+        },
+    }
 
 
 _PSEUDO_FS = frozenset({

@@ -117,7 +117,10 @@ class Ctl:
         base = [str(VENV_BIN / "provisioner"), command, "-i", str(self.inventory),
                 "--ledger", str(self.ledger)]
         if command == "rollout":
-            base += ["--io-size", IO, "--events-log", str(self.events), "--plain"]
+            # p2pdma nodes need a reboot before their module options (multipath=N,
+            # NVreg_RegistryDwords) are in effect, as on real nodes: let the rollout reboot
+            base += ["--io-size", IO, "--events-log", str(self.events), "--plain",
+                     "--allow-reboot"]
         return base + list(args)
 
     def run(self, command: str, *args: str, timeout: float = 900

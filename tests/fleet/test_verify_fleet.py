@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -79,6 +80,15 @@ if [ "$FS" = xfs ]; then
 else
   mkfs.ext4 -q -F /dev/nvme0n1 && mount /dev/nvme0n1 /mnt/gds
 fi
+if [ "$ROUTE" = p2pdma ]; then
+  # what the p2pdma role writes; the route works once a reboot puts it in effect (the fixture
+  # reboots the node; fstab brings the mount back)
+  cat > /etc/modprobe.d/zz-gdsfleet-p2pdma.conf <<'OPTIONS'
+options nvme_core multipath=N
+options nvidia NVreg_RegistryDwords="RMForceStaticBar1=1;RmForceDisableIomapWC=1;"
+OPTIONS
+  echo "/dev/nvme0n1 /mnt/gds $FS noatime 0 0" >> /etc/fstab
+fi
 """
 
 SETUP: dict[int, tuple[str, str, str]] = {  # node -> (route, patched, fs)
@@ -100,6 +110,20 @@ NEW_HOST_KEY = (
 )
 
 
+def _reboot(f: Any, name: str, timeout: float = 90) -> None:
+    """Simulated reboot of a lab node (the stand-in `reboot`; podman restarts it)."""
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    before = f.exec(name, boot_id).stdout
+    f.exec(name, "reboot")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        ready = f.exec(name, f"gdsfleet-sim-ready && {boot_id}", check=False)
+        if ready.returncode == 0 and ready.stdout.strip() and ready.stdout != before:
+            return
+    raise AssertionError(f"{name} did not come back from the reboot")
+
+
 @pytest.fixture(scope="module")
 def fleet(lab_fleet: Any, standin_repo: Any) -> Any:
     f = lab_fleet(8, PROFILES)
@@ -115,6 +139,7 @@ def fleet(lab_fleet: Any, standin_repo: Any) -> Any:
         list(pool.map(provision, sorted(SETUP)))
     # the verification runtime (kvikio + cupy), installed by its role as site.yml would
     run_verify_runtime_role(str(f.inventory), standin_repo)
+    _reboot(f, names[1])  # the p2pdma node: its module options take effect at boot
     # perturb
     f.exec(names[2], "modprobe -r nvidia_fs")
     f.exec(names[4], "printf '{\\n  \"properties\": {\\n    \"allow_compat_mode\": false,,\\n'"

@@ -305,3 +305,38 @@ def test_raid0_is_planned_in_check_mode_and_refused_when_the_kernel_cannot(
     assert command in real.stdout
     assert node.signatures(a) == [] and node.signatures(b) == []
     assert "/mnt/raid" not in node.sh("cat /etc/fstab")
+
+
+def test_raid_on_the_p2pdma_route_is_refused_before_any_change(
+    node: Node, extra_loops: list[str]
+) -> None:
+    """GDS with PCI P2PDMA does not support RAID: two drives on gds_route p2pdma fail in the
+    assert step, and neither drive, fstab, mdadm.conf nor the loaded modules change."""
+    a, b = extra_loops
+    node.reset_drive()
+    before = {
+        "fstab": node.sha("/etc/fstab"),
+        "mdadm": node.sh("cat /etc/mdadm/mdadm.conf 2>/dev/null; true"),
+        "modules": node.sh("ls /sys/module"),
+        "md": node.sh("ls /dev/md 2>/dev/null; true"),
+    }
+    proc = node.play("nvme", {"nvme_devices": [a, b], "nvme_mount_point": "/mnt/raid",
+                              "gds_route": "p2pdma"})
+    assert proc.returncode != 0
+    assert failed_task(proc) == "gdsfleet.gds.nvme : Refuse RAID on the p2pdma route"
+    assert f"gds_route is p2pdma and 2 drives are selected ({a}, {b})" in proc.stdout
+    assert "GDS with PCI P2PDMA does not support RAID" in proc.stdout
+    assert "Nothing was changed" in proc.stdout and "use gds_route nvfs" in proc.stdout
+    assert "changed=0" in recap(proc)
+    assert node.signatures(a) == [] and node.signatures(b) == []
+    assert {
+        "fstab": node.sha("/etc/fstab"),
+        "mdadm": node.sh("cat /etc/mdadm/mdadm.conf 2>/dev/null; true"),
+        "modules": node.sh("ls /sys/module"),
+        "md": node.sh("ls /dev/md 2>/dev/null; true"),
+    } == before
+    # one drive on the same route passes the assert step (check mode: nothing is made)
+    single = node.play("nvme", {"nvme_devices": [a], "nvme_mount_point": "/mnt/raid",
+                                "gds_route": "p2pdma"}, check_mode=True)
+    assert single.returncode == 0, single.stdout[-3000:]
+    assert node.signatures(a) == []

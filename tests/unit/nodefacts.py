@@ -60,6 +60,8 @@ def gather_doc(
     iommu: str = "off",
     reboot_reasons: list[str] | None = None,
     packages: str | None = None,
+    registry_dwords: str | None = None,
+    modprobe_lines: list[str] | None = None,
 ) -> dict[str, Any]:
     """A gather document for a node set up for ``route`` (nvfs | p2pdma), with overrides."""
     nvfs_route = route == "nvfs"
@@ -170,6 +172,25 @@ def gather_doc(
     )
     items["gdscheck"] = {"rc": 0, "out": gc, "err": "",
                          "argv": ["/usr/local/cuda-12.9/gds/tools/gdscheck", "-p"]}
+    # p2pdma module options: running (/proc/driver/nvidia/params) and configured (modprobe.d);
+    # by default a p2pdma node has them in effect, an nvfs node has none.
+    p2p_dwords = "RMForceStaticBar1=1;RmForceDisableIomapWC=1;"
+    if registry_dwords is None:
+        registry_dwords = p2p_dwords if route == "p2pdma" else ""
+    if driver:
+        items["nvidia_params"] = _ok(
+            "EnableStreamMemOPs: 0\nOpenRmEnableUnsupportedGpus: 1\n"
+            f'RegistryDwords: "{registry_dwords}"\nRegistryDwordsPerDevice: ""\n')
+    else:
+        items["nvidia_params"] = _missing()
+    if modprobe_lines is None:
+        own = "/etc/modprobe.d/zz-gdsfleet-p2pdma.conf"
+        modprobe_lines = ([f"{own}:options nvme_core multipath=N",
+                           f'{own}:options nvidia NVreg_RegistryDwords="{p2p_dwords}"']
+                          if route == "p2pdma" else [])
+    files = sorted({line.split(":", 1)[0] for line in modprobe_lines})
+    items["modprobe_options"] = _ok(json.dumps({"files": files, "options": modprobe_lines}),
+                                    kind="probe")
     return {"gdsfleet_gather": 1, "items": items}
 
 

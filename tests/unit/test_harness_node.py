@@ -57,7 +57,11 @@ def test_p2pdma_profile(nodes) -> None:
     n = nodes["p2pdma"]
     assert n.exec("grep -w p2pdma_pgmap_ops /proc/kallsyms").stdout.split()[1:] == [
         "r", "p2pdma_pgmap_ops"]
-    assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "N"
+    # a fresh node: multipath Y and no NVreg_RegistryDwords until the p2pdma options boot
+    assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "Y"
+    params = n.read("/proc/driver/nvidia/params").splitlines()
+    assert 'RegistryDwords: ""' in params and "EnableStreamMemOPs: 0" in params
+    assert len(params) == 42  # driver 580's list (tests/fixtures/nvidia_params)
     assert "575.57.08" in n.read("/proc/driver/nvidia/version")
 
 

@@ -192,23 +192,61 @@ def test_dkms_build_failure(module_sim_node, standin_repo) -> None:
     assert n.exec("modprobe nvidia_fs", check=False).returncode == 1
 
 
-def test_p2pdma_route_needs_both_keys(module_sim_node, standin_repo) -> None:
+P2PDMA_OPTIONS = ("options nvme_core multipath=N\noptions nvidia "
+                  'NVreg_RegistryDwords="RMForceStaticBar1=1;RmForceDisableIomapWC=1;"\n')
+
+
+def test_p2pdma_route_needs_its_module_options_in_effect(module_sim_node, standin_repo) -> None:
+    """Like a real x86 node: no P2PDMA until multipath=N and the RegistryDwords keys are in
+    effect (written to modprobe.d, then a reboot); block.nvme.use_pci_p2pdma may be absent
+    (NVIDIA's P2PDMA guide sets only the properties key) but not false."""
     n = module_sim_node("p2pdma", nvme=True)
     n.install_repo(standin_repo, doca=False)
     n.apt_install("libcufile-12-9", "gds-tools-12-9")
     n.install_verify_runtime(standin_repo)
+    gdscheck = "/usr/local/cuda-12.9/gds/tools/gdscheck -p"
+    cfg: dict = {"properties": {"allow_compat_mode": False, "use_pci_p2pdma": True}}
+    n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
+    assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "Y"
+    assert 'RegistryDwords: ""' in n.read("/proc/driver/nvidia/params").splitlines()
     n.exec("mkfs.xfs -q -f /dev/nvme0n1 && mkdir -p /mnt/gds && mount /dev/nvme0n1 /mnt/gds")
     try:
-        cfg: dict = {"properties": {"allow_compat_mode": False, "use_pci_p2pdma": True}}
-        n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
         r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"}, check=False)
-        assert r.returncode != 0 and "use_pci_p2pdma not enabled" in r.stderr
-        cfg["block"] = {"nvme": {"use_pci_p2pdma": True}}
-        n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
-        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"})
-        assert r.stdout.split() == ["False", "False"]  # no nvidia-fs, still direct
-        out = n.exec("/usr/local/cuda-12.9/gds/tools/gdscheck -p").stdout
-        assert re.search(r"^ NVMe P2PDMA\s+: Supported$", out, re.M)
-        assert n.exec("test -e /proc/driver/nvidia-fs", check=False).returncode == 1
+        assert r.returncode != 0 and "nvme_core multipath is Y" in r.stderr
+        assert "Platform verification error" in n.exec(gdscheck, check=False).stdout
+        # written but not rebooted: still not in effect
+        n.exec(f"cat > /etc/modprobe.d/gdsfleet-test-p2pdma.conf <<'EOF'\n{P2PDMA_OPTIONS}EOF")
+        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"}, check=False)
+        assert r.returncode != 0 and "nvme_core multipath is Y" in r.stderr
     finally:
         n.exec("umount /mnt/gds", check=False)
+    n.reboot()
+    n.exec("mount /dev/nvme0n1 /mnt/gds")
+    try:
+        assert n.read("/sys/module/nvme_core/parameters/multipath").strip() == "N"
+        assert ('RegistryDwords: "RMForceStaticBar1=1;RmForceDisableIomapWC=1;"'
+                in n.read("/proc/driver/nvidia/params").splitlines())
+        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"})  # properties key only: direct
+        assert r.stdout.split() == ["False", "False"]  # no nvidia-fs, still direct
+        out = n.exec(gdscheck).stdout
+        assert re.search(r"^ NVMe P2PDMA\s+: Supported$", out, re.M)
+        assert n.exec("test -e /proc/driver/nvidia-fs", check=False).returncode == 1
+        cfg["block"] = {"nvme": {"use_pci_p2pdma": False}}
+        n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
+        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"}, check=False)
+        assert r.returncode != 0 and "block.nvme.use_pci_p2pdma is false" in r.stderr
+        # one registry key only (and a reboot): not usable
+        n.exec("sed -i 's/RmForceDisableIomapWC=1;//' /etc/modprobe.d/gdsfleet-test-p2pdma.conf")
+    finally:
+        n.exec("umount /mnt/gds", check=False)
+    n.reboot()
+    cfg["block"] = {"nvme": {"use_pci_p2pdma": True}}
+    n.exec(f"echo '{json.dumps(cfg)}' > /etc/cufile.json")
+    n.exec("mount /dev/nvme0n1 /mnt/gds")
+    try:
+        r = run_io(n, {"KVIKIO_COMPAT_MODE": "OFF"}, check=False)
+        assert r.returncode != 0
+        assert "RegistryDwords lacks RmForceDisableIomapWC=1" in r.stderr
+    finally:
+        n.exec("umount /mnt/gds", check=False)
+        n.exec("rm -f /etc/modprobe.d/gdsfleet-test-p2pdma.conf", check=False)

@@ -139,6 +139,12 @@ def test_p2pdma_node_is_compliant_without_nvidia_fs(module_sim_node: Callable[..
     node.install_repo(standin_repo, doca=False)
     node.apt_install("nvidia-gds-12-9")
     node.install_verify_runtime(standin_repo)
+    # what the p2pdma role writes, in effect after a reboot (the route needs both on x86)
+    node.exec("""cat > /etc/modprobe.d/zz-gdsfleet-p2pdma.conf <<'EOF'
+options nvme_core multipath=N
+options nvidia NVreg_RegistryDwords="RMForceStaticBar1=1;RmForceDisableIomapWC=1;"
+EOF""")
+    node.reboot()
     prepare_gds_mount(node)
     # what the cufile role renders for gds_route: p2pdma (plain JSON)
     node.exec("""cat > /etc/cufile.json <<'JSON'
@@ -158,6 +164,8 @@ JSON""")
     assert "p2p mode: 1 compat: 0" in log["direct"][0]
     assert log["driver_configuration"]["NVMe P2PDMA"] == "Supported"
     assert io.evidence["counter_delta_direct"] is None
+    s = statuses(report)
+    assert s["p2pdma.nvidia_registry"] == s["p2pdma.modprobe_config"] == "pass"
 
     # the same node with a cuFile that may fall back (the test-scoped config still says no, but
     # force_compat_mode makes cuFile serve everything through POSIX): the log says compat and

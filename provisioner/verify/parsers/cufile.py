@@ -157,6 +157,9 @@ class CufileConfig:
             "force_compat_mode": self.force_compat_mode if self.valid else None,
             "use_pci_p2pdma": self.p2pdma[0] if self.valid else None,
             "block_nvme_use_pci_p2pdma": self.p2pdma[1] if self.valid else None,
+            # as written (None when absent: only an explicit false disables P2PDMA for NVMe)
+            "block_nvme_use_pci_p2pdma_raw": self.get("block.nvme.use_pci_p2pdma")
+            if self.valid else None,
             "denylist": self.get("denylist") or self.get("blacklist"),
             "logging_level": self.get("logging.level"),
             "cufile_stats": self.get("profile.cufile_stats"),

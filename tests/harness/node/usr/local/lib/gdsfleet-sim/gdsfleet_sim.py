@@ -654,6 +654,8 @@ def cufile_settings() -> dict[str, object]:
         "force_compat_mode": bool(_get(cfg, "properties.force_compat_mode", False)),
         "use_pci_p2pdma": bool(_get(cfg, "properties.use_pci_p2pdma", False)),
         "nvme_use_pci_p2pdma": bool(_get(cfg, "block.nvme.use_pci_p2pdma", False)),
+        # None when the key is absent (NVIDIA's P2PDMA guide sets only the properties key)
+        "nvme_use_pci_p2pdma_set": _get(cfg, "block.nvme.use_pci_p2pdma", None),
         "max_direct_io_size_kb": int(_get(cfg, "properties.max_direct_io_size_kb", 16384)),
         "cufile_stats": int(_get(cfg, "profile.cufile_stats", 0)),
         "parse_error": err,
@@ -713,11 +715,87 @@ def p2pdma_route_usable(settings: dict[str, object] | None = None) -> tuple[bool
     s = settings or cufile_settings()
     if gpu_driver() != "open":
         return False, "GPU driver is not the open kernel module"
-    if not (s["use_pci_p2pdma"] and s["nvme_use_pci_p2pdma"]):
-        return False, "use_pci_p2pdma not enabled in properties and block.nvme"
+    if not s["use_pci_p2pdma"]:
+        return False, "use_pci_p2pdma not enabled in properties"
+    if s.get("nvme_use_pci_p2pdma_set") is not None and not s["nvme_use_pci_p2pdma_set"]:
+        return False, "block.nvme.use_pci_p2pdma is false"
     if not kallsyms_has("p2pdma_pgmap_ops"):
         return False, "kernel has no P2PDMA support (p2pdma_pgmap_ops missing)"
+    ok, why = p2pdma_module_options_in_effect()
+    if not ok:
+        return False, why
     return True, "p2pdma"
+
+
+# ----------------------------------------------------------------------------- nvidia params
+# /proc/driver/nvidia/params as the open driver 580 prints it (captured on an H100 node,
+# tests/fixtures/nvidia_params/h100_driver580_params.txt); RegistryDwords is the value of the
+# NVreg_RegistryDwords module option the driver was loaded with.
+_NVIDIA_PARAMS = [
+    ("ResmanDebugLevel", "4294967295"), ("RmLogonRC", "1"), ("ModifyDeviceFiles", "1"),
+    ("DeviceFileUID", "0"), ("DeviceFileGID", "0"), ("DeviceFileMode", "438"),
+    ("InitializeSystemMemoryAllocations", "1"), ("UsePageAttributeTable", "4294967295"),
+    ("EnableMSI", "1"), ("EnablePCIeGen3", "0"), ("MemoryPoolSize", "0"),
+    ("KMallocHeapMaxSize", "0"), ("VMallocHeapMaxSize", "0"), ("IgnoreMMIOCheck", "0"),
+    ("EnableStreamMemOPs", "0"), ("EnableUserNUMAManagement", "1"), ("NvLinkDisable", "1"),
+    ("RmProfilingAdminOnly", "0"), ("PreserveVideoMemoryAllocations", "0"),
+    ("EnableS0ixPowerManagement", "0"), ("S0ixPowerManagementVideoMemoryThreshold", "256"),
+    ("DynamicPowerManagement", "3"), ("DynamicPowerManagementVideoMemoryThreshold", "200"),
+    ("RegisterPCIDriver", "1"), ("EnablePCIERelaxedOrderingMode", "0"),
+    ("EnableResizableBar", "0"), ("EnableGpuFirmware", "18"), ("EnableGpuFirmwareLogs", "2"),
+    ("RmNvlinkBandwidthLinkCount", "0"), ("EnableDbgBreakpoint", "0"),
+    ("OpenRmEnableUnsupportedGpus", "1"), ("DmaRemapPeerMmio", "1"),
+    ("ImexChannelCount", "2048"), ("CreateImexChannel0", "0"),
+    ("GrdmaPciTopoCheckOverride", "0"), ("CoherentGPUMemoryMode", '""'),
+    ("RegistryDwords", '""'), ("RegistryDwordsPerDevice", '""'), ("RmMsg", '""'),
+    ("GpuBlacklist", '""'), ("TemporaryFilePath", '""'), ("ExcludedGpus", '""'),
+]
+P2PDMA_REGISTRY_KEYS = {"RMForceStaticBar1": "1", "RmForceDisableIomapWC": "1"}
+
+
+def nvidia_params_text(options: dict[str, str] | None = None) -> str:
+    """/proc/driver/nvidia/params for a driver loaded with these NVreg_* module options
+    (default: those /etc/modprobe.d gives the nvidia module, i.e. at the simulated boot)."""
+    opts = modprobe_options("nvidia") if options is None else options
+    lines = []
+    for key, default in _NVIDIA_PARAMS:
+        value = opts.get("NVreg_" + key)
+        if value is None:
+            value = default
+        elif default.startswith('"'):
+            value = '"' + value.strip('"') + '"'
+        lines.append(f"{key}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def running_registry_dwords() -> dict[str, str]:
+    """Keys of the RegistryDwords the loaded nvidia module runs with (lower-case keys)."""
+    out: dict[str, str] = {}
+    for line in read(NVIDIA_PROC + "/params").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "RegistryDwords":
+            for part in value.strip().strip('"').split(";"):
+                k, _, v = part.partition("=")
+                if k.strip():
+                    out[k.strip().lower()] = v.strip()
+    return out
+
+
+def p2pdma_module_options_in_effect() -> tuple[bool, str]:
+    """x86: nvme_core multipath=N and the RegistryDwords keys NVIDIA's guide asks for, as the
+    RUNNING modules see them (written to /etc/modprobe.d, they count after a reboot)."""
+    if arch() not in ("x86_64", "amd64"):
+        return True, "not x86"
+    mp = read(SYS_MODULE + "/nvme_core/parameters/multipath").strip()
+    if mp != "N":
+        return False, (f"nvme_core multipath is {mp or 'unknown'} (P2PDMA needs "
+                       "`options nvme_core multipath=N` in effect)")
+    have = running_registry_dwords()
+    missing = [f"{k}={v}" for k, v in P2PDMA_REGISTRY_KEYS.items() if have.get(k.lower()) != v]
+    if missing:
+        return False, ("nvidia RegistryDwords lacks " + ";".join(missing)
+                       + " (P2PDMA needs NVreg_RegistryDwords in effect)")
+    return True, "module options in effect"
 
 
 def direct_route(path: str | None = None) -> tuple[str | None, str]:

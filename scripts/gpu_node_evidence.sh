@@ -5,8 +5,9 @@
 # only probes, a check run changes nothing, verify writes one test file and removes it.
 #
 # Needs, in git-ignored folders carried to the machine (docs/evidence/README.md):
-#   .whl/         ansible-core, resolvelib, cryptography, cffi, pycparser, SQLAlchemy, greenlet,
-#                 kvikio-cu13, libkvikio-cu13, rapids-logger (cp312 manylinux wheels)
+#   .whl/         ansible-core, resolvelib, cryptography, cffi, pycparser, distlib (the
+#                 collection build's manifest), SQLAlchemy, greenlet, kvikio-cu13,
+#                 libkvikio-cu13, rapids-logger (cp312 manylinux wheels)
 #   .devcarry/collections/ansible_collections/{ansible/posix,community/general}
 #                 copies of the collections from the `ansible` pip package
 # Writes every output under $OUT (default /tmp/gdsfleet-node-evidence) and $OUT/node.tgz.
@@ -49,6 +50,9 @@ play preflight-nvfs playbooks/preflight.yml -e gds_route=nvfs
 play preflight-p2pdma playbooks/preflight.yml -e gds_route=p2pdma
 play site-check-nvfs playbooks/site.yml --check --diff -e gds_route=nvfs
 play site-check-p2pdma playbooks/site.yml --check --diff -e gds_route=p2pdma
+# as if the DKMS modules came prebuilt: the next refusal a check run meets is python3-apt
+play site-check-nvfs-prebuilt playbooks/site.yml --check --diff -e gds_route=nvfs \
+  -e preflight_require_dkms_build=false
 
 iodir=/var/tmp/gdsfleet-io
 mkdir -p "$iodir"

@@ -1,0 +1,102 @@
+"""The lent H100 as a REAL node (docs/evidence/h100-node/, made by scripts/gpu_node_evidence.sh):
+Ubuntu 24.04, a provider-built kernel with no /lib/modules, no driver sources, no python3-apt,
+no nvidia-fs, no NVMe. Its outputs are replayed here:
+
+* ``before/``: what the collection did there before issue 7: preflight passed the nvfs route
+  and ``site.yml --check`` died inside the mofed role on python3-apt;
+* ``after/``: preflight refuses the nvfs route with the real reason (no kernel headers for a
+  kernel that did not come from a package), before any change; a check run without that
+  reason meets the python3-apt refusal, still in preflight; ``verify --local`` reports the node
+  NOT compliant, the I/O through compat, with cuFile's own log saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.verify import checks, iotest
+from provisioner.verify.policy import Policy
+
+EVIDENCE = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h100-node"
+KERNEL = "6.18.44-fc-v657-gpu"
+
+
+def _play(stage: str, name: str) -> tuple[str, int, list[str]]:
+    text = (EVIDENCE / stage / f"{name}.txt").read_text()
+    rc = int(re.findall(r"^\[exit (\d+)\]$", text, re.M)[-1])
+    roles = re.findall(r"^TASK \[gdsfleet\.gds\.(\w+) :", text, re.M)
+    return text, rc, roles
+
+
+def _recap(text: str) -> dict[str, int]:
+    line = next(x for x in text.splitlines() if re.search(r"\bok=\d+ +changed=", x))
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+
+
+def test_before_preflight_passed_nvfs_and_check_died_in_mofed() -> None:
+    text, rc, roles = _play("before", "preflight-nvfs")
+    assert rc == 0 and _recap(text)["failed"] == 0  # the defect issue 7 reports
+    text, rc, roles = _play("before", "site-check-nvfs")
+    assert rc == 2
+    assert roles[-1] == "mofed"  # failed after preflight, inside a role that changes things
+    assert "python3-apt must be installed to use check mode" in text
+
+
+@pytest.mark.parametrize("name", ["preflight-nvfs", "site-check-nvfs"])
+def test_after_preflight_refuses_nvfs_for_the_real_reason(name: str) -> None:
+    text, rc, roles = _play("after", name)
+    assert rc == 2
+    assert set(roles) == {"preflight"}, roles  # no other role started
+    recap = _recap(text)
+    assert recap["failed"] == 1 and recap["changed"] == 0
+    assert f"/lib/modules/{KERNEL}/build is missing" in text
+    assert f"there is no /lib/modules/{KERNEL} at all" in text
+    assert f"linux-headers-{KERNEL}" in text and "To fix" in text
+
+
+def test_after_check_run_without_the_dkms_reason_meets_python3_apt_in_preflight() -> None:
+    text, rc, roles = _play("after", "site-check-nvfs-prebuilt")
+    assert rc == 2 and set(roles) == {"preflight"}
+    assert _recap(text)["changed"] == 0
+    assert "the node has no python3-apt" in text and "apt-get install python3-apt" in text
+
+
+def test_after_p2pdma_refused_for_the_kernel() -> None:
+    text, rc, roles = _play("after", "site-check-p2pdma")
+    assert rc == 2 and set(roles) == {"preflight"}
+    assert f"kernel {KERNEL} has no P2PDMA support" in text
+
+
+@pytest.fixture(scope="module")
+def node() -> dict[str, Any]:
+    doc = json.loads((EVIDENCE / "after" / "verify-local.json").read_text())
+    (only,) = doc["nodes"]
+    return dict(only)
+
+
+def test_after_verify_local_replayed_through_todays_code(node: dict[str, Any]) -> None:
+    """The node-side I/O document and the facts, evaluated again by the current code, give the
+    verdict recorded on the machine."""
+    raw = node["raw"]["io_test"]
+    io = iotest.evaluate(json.loads(raw.splitlines()[0]), route=node["route"])
+    assert io.path_taken == "compat" and io.verified and not io.direct_proven
+    assert io.evidence["proof"] is None
+    # no verification-runtime fact file there: verify fell back to python3 (kvikio on its path)
+    assert node["io_test"]["evidence"]["interpreter"]["source"] == "fallback"
+    log = io.evidence["cufile_log"]
+    assert log["compat_lines"] == 0 and log["mode"] is None  # cuFile refused, it did not fall back
+    assert any("nvidia-fs.ko driver not loaded" in b for b in log["blockers"])
+    route, results, compliant = checks.evaluate(node["facts"], io, Policy.default(),
+                                                route=node["route"], io_path=io.path)
+    assert compliant is False and route == "compat"
+    recorded = {c["id"]: c["status"] for c in node["checks"]}
+    replayed = {c.id: c.status for c in results}
+    assert replayed == recorded
+    assert replayed["nvfs.module.loaded"] == "fail" and replayed["io.direct_path"] == "fail"
+    assert replayed["nvfs.dkms.boot_kernel"] == "skip"  # empty /boot, no grubby there
+    assert replayed["gpu.driver.open"] == "pass"

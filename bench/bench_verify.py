@@ -49,7 +49,7 @@ PROVISION = r"""
 set -eu
 cat > /etc/apt/sources.list.d/gdsfleet-test.list <<LIST
 deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/cuda/repos/debian12/x86_64/ /
-deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/doca/2.9.1/debian12/x86_64/ /
+deb [trusted=yes] http://127.0.0.1:${REPO_PORT}/doca/3.1.0/debian12/x86_64/ /
 LIST
 APT="-o Dir::Etc::sourcelist=/etc/apt/sources.list.d/gdsfleet-test.list
  -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 -o Acquire::Retries=3"

@@ -129,7 +129,9 @@ def test_image_ships_no_kvikio_and_rollout_installs_it_from_the_index(node: Any,
                      f"ls {VENV} {FACT}", check=False)
     assert bare.returncode != 0 and "No module named" in bare.stderr, bare
     report = node.tmp / "rollout.json"
-    proc = provisioner(node, "rollout", "--io-size", "16M", "--plain", "--json", str(report))
+    # --allow-reboot: the p2pdma module options take effect at boot (the p2pdma role)
+    proc = provisioner(node, "rollout", "--io-size", "16M", "--plain", "--allow-reboot",
+                       "--json", str(report))
     assert proc.returncode == 0, _explain(proc)
     doc = json.loads(report.read_text())
     assert doc["status"] == "succeeded"

@@ -1,5 +1,6 @@
-# Copyright: gdsfleet developers
-# Apache License 2.0 (see galaxy.yml)
+# Copyright: (c) 2026, gdsfleet developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Module options in modprobe.d: how kmod reads them, and the plan that makes ours win.
 
 ``modprobe_plan(lines, files, own_file, wanted, merge=("NVreg_RegistryDwords",))``:
@@ -88,7 +89,7 @@ def parse_options_line(line: str) -> tuple[str, list[str]] | None:
 
 
 def _param(token: str) -> tuple[str, str]:
-    name, _, value = token.partition("=")
+    name, _sep, value = token.partition("=")
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]
     return name, value
@@ -101,7 +102,7 @@ def parse_registry(value: str) -> list[tuple[str, str]]:
         part = part.strip()
         if not part:
             continue
-        key, _, val = part.partition("=")
+        key, _sep, val = part.partition("=")
         out.append((key.strip(), val.strip()))
     return out
 
@@ -115,7 +116,7 @@ def _merge_pairs(base: list[tuple[str, str]], more: Iterable[tuple[str, str]]
                  ) -> list[tuple[str, str]]:
     out = list(base)
     for key, val in more:
-        for i, (have, _) in enumerate(out):
+        for i, (have, _old) in enumerate(out):
             if have.lower() == key.lower():
                 out[i] = (key, val)
                 break

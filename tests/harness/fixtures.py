@@ -85,7 +85,10 @@ class StandinRepo:
                 "mofed_doca_repo_base_url": f"{self.base_url}/doca",
                 "mofed_mlnx_ofed_tarball": self.mlnx_ofed_tarball_url,
                 # served over plain http on loopback: the role wants the checksum
-                "mofed_mlnx_ofed_tarball_checksum": self.mlnx_ofed_tarball_checksum}
+                "mofed_mlnx_ofed_tarball_checksum": self.mlnx_ofed_tarball_checksum,
+                # the stand-in package index of the same server (gdsfleet.gds.verify_runtime)
+                "verify_runtime_source": "index",
+                "verify_runtime_index_url": f"{self.base_url}/pypi/simple"}
 
 
 def _repo_users() -> Path:

@@ -148,7 +148,9 @@ def repo_vars(standin_repo: Any) -> Iterator[dict[str, str]]:
         yield {"cuda_repo_base_url": f"{base}/cuda/repos",
                "mofed_doca_repo_base_url": f"{base}/doca",
                "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
-               "mofed_mlnx_ofed_tarball_checksum": labmod.standin_tarball_checksum()}
+               "mofed_mlnx_ofed_tarball_checksum": labmod.standin_tarball_checksum(),
+               "verify_runtime_source": "index",
+               "verify_runtime_index_url": f"{base}/pypi/simple"}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -166,7 +168,8 @@ def test_wheel_installed_provisioner_rolls_out_the_lab(
     report = work / "report.json"
     proc = _run([str(wheel_venv / "bin" / "provisioner"), "rollout", "-i",
                  str(fleet.inventory), "--ledger", str(ledger), "--waves", "1,100%",
-                 "--io-size", "16M", "--plain", "--json", str(report)],
+                 # --allow-reboot: p2pdma's module options take effect at boot
+                 "--io-size", "16M", "--plain", "--allow-reboot", "--json", str(report)],
                 env=_clean_env(wheel_venv, collections), cwd=work)
     assert proc.returncode == Exit.OK, _explain(proc)
     doc = json.loads(report.read_text())
@@ -180,7 +183,10 @@ def test_wheel_installed_provisioner_rolls_out_the_lab(
     # ansible-runner ran the installed collection's playbook by its FQCN (its command record)
     commands = [json.loads(p.read_text()) for p in (work / "runner").glob("artifacts/*/command")]
     assert commands, sorted(str(p) for p in (work / "runner").rglob("*"))[:20]
-    assert all("gdsfleet.gds.site" in c["command"] for c in commands), commands
+    # (and, with --allow-reboot, the reboot playbook by its FQCN too)
+    ran = [next(a for a in c["command"] if a.startswith("gdsfleet.gds.")) for c in commands]
+    assert "gdsfleet.gds.site" in ran and set(ran) <= {"gdsfleet.gds.site",
+                                                       "gdsfleet.gds.reboot"}, commands
 
 
 def test_not_installed_collection_is_refused_before_anything_runs(

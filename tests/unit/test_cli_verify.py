@@ -27,10 +27,18 @@ from provisioner.verify.model import CheckResult, IoTestResult, NodeReport
 sys.path.insert(0, str(Path(__file__).parent))
 from test_ssh_sshd import SSHD, Sshd, _free_port, _keygen  # noqa: E402
 
+# Per-test directory for the fake nodes' state files (set by the fake_core fixture), so that
+# pytest sessions sharing a machine never read each other's state.
+_FAKE_DIR: list[Path] = []
+
+
+def fake_state(name: str) -> Path:
+    return _FAKE_DIR[-1] / f"gdsfleet-fake-{name}"
+
 
 def fake_verify_node(runner: Any, name: str, policy: Any, io: Any) -> NodeReport:
     res = runner.run("echo state=$(cat \"$GDSFLEET_FAKE_STATE\" 2>/dev/null || echo ok)",
-                     timeout=10, env={"GDSFLEET_FAKE_STATE": f"/tmp/gdsfleet-fake-{name}"})
+                     timeout=10, env={"GDSFLEET_FAKE_STATE": str(fake_state(name))})
     state = res.stdout.strip().split("=", 1)[1]
     if state == "boom":
         raise RuntimeError("a bug in a check")
@@ -45,11 +53,13 @@ def fake_verify_node(runner: Any, name: str, policy: Any, io: Any) -> NodeReport
 
 
 @pytest.fixture
-def fake_core(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fake_core(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setattr(verify_pkg, "verify_node", fake_verify_node)
+    state = tmp_path / "fake-state"
+    state.mkdir()
+    _FAKE_DIR.append(state)
     yield
-    for p in Path("/tmp").glob("gdsfleet-fake-*"):
-        p.unlink()
+    _FAKE_DIR.remove(state)
 
 
 @pytest.fixture(autouse=True)
@@ -158,7 +168,7 @@ def test_inventory_over_ssh_mixed_outcomes(fake_core: None, sshd: dict[str, Any]
     closed = _free_port()
     inv = _inventory(tmp_path / "hosts.yml", sshd, {
         "gpu-01": sshd["port"], "gpu-02": sshd["port"], "gpu-03": closed})
-    Path("/tmp/gdsfleet-fake-gpu-02").write_text("not-loaded")
+    fake_state("gpu-02").write_text("not-loaded")
     ledger = tmp_path / "l.sqlite"
     rc = main(["verify", "-i", str(inv), "--ledger", str(ledger), "--retries", "0",
                "--ssh-config", "none", "--json", str(tmp_path / "r.json")])
@@ -176,7 +186,7 @@ def test_inventory_over_ssh_mixed_outcomes(fake_core: None, sshd: dict[str, Any]
     rc = main(["verify", "-i", str(inv), "--limit", "gpu-01:gpu-02", "--ledger", str(ledger), "-q",
                "--ssh-config", "none"])
     assert rc == Exit.NOT_COMPLIANT
-    Path("/tmp/gdsfleet-fake-gpu-02").unlink()
+    fake_state("gpu-02").unlink()
     assert main(["verify", "-i", str(inv), "--limit", "gpu-02", "--ledger", str(ledger), "-q",
                  "--ssh-config", "none"]) == Exit.OK
     capsys.readouterr()
@@ -188,7 +198,7 @@ def test_inventory_over_ssh_mixed_outcomes(fake_core: None, sshd: dict[str, Any]
     assert status["gpu-03"]["result"] == "UNREACHABLE"
 
     # gpu-01 breaks: drift, and --fail-on-drift turns it into exit 1
-    Path("/tmp/gdsfleet-fake-gpu-01").write_text("not-loaded")
+    fake_state("gpu-01").write_text("not-loaded")
     assert main(["verify", "-i", str(inv), "-l", "gpu-01", "--ledger", str(ledger), "-q",
                  "--ssh-config", "none"]) == Exit.NOT_COMPLIANT
     capsys.readouterr()
@@ -209,7 +219,7 @@ def test_internal_error_on_one_node_does_not_stop_the_others(
 ) -> None:
     inv = _inventory(tmp_path / "hosts.yml", sshd, {"gpu-01": sshd["port"],
                                                     "gpu-02": sshd["port"]})
-    Path("/tmp/gdsfleet-fake-gpu-01").write_text("boom")
+    fake_state("gpu-01").write_text("boom")
     rc = main(["verify", "-i", str(inv), "--no-ledger", "--ssh-config", "none",
                "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err

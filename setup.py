@@ -1,11 +1,11 @@
 """Build hook for the provisioner wheel (metadata lives in pyproject.toml).
 
-The cufile.json schema has one copy in git, in the collection
-(plugins/module_utils/cufile_schema.json, read through cufile_schema.py beside it). The
-provisioner reads the same schema, so the build copies both files into the wheel as
-provisioner/_collection/; provisioner/verify/parsers/cufile.py loads them from there, or from
-plugins/module_utils/ when it runs from a checkout. tests/unit/test_cufile_schema_shared.py
-builds a wheel and checks the copy.
+What the roles and the provisioner must agree on has one copy in git, in the collection's
+plugins/module_utils/: the cufile.json schema (cufile_schema.json, read through
+cufile_schema.py beside it) and how kmod reads modprobe.d (modprobe_conf.py). The build copies
+those files into the wheel as provisioner/_collection/; provisioner/collection_utils.py loads
+them from there, or from plugins/module_utils/ when it runs from a checkout.
+tests/unit/test_cufile_schema_shared.py builds a wheel and checks the copy.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-SHARED = ("plugins/module_utils/cufile_schema.py", "plugins/module_utils/cufile_schema.json")
+SHARED = tuple(f"plugins/module_utils/{name}" for name in
+               ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py"))
 
 
 class BuildPyWithCollectionSchema(build_py):
-    """build_py, then the collection's cufile.json schema into provisioner/_collection/."""
+    """build_py, then the collection's shared module_utils into provisioner/_collection/."""
 
     def run(self) -> None:
         super().run()
@@ -30,7 +31,7 @@ class BuildPyWithCollectionSchema(build_py):
             path = ROOT / source
             if not path.is_file():
                 raise SystemExit(f"{source} is missing: the provisioner needs the collection's "
-                                 "cufile.json schema; build from a full checkout")
+                                 "shared module_utils; build from a full checkout")
             self.copy_file(str(path), str(target / path.name))
 
 

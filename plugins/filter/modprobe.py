@@ -31,8 +31,12 @@ operator must shadow in /etc/modprobe.d. Returns::
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = [
@@ -45,66 +49,37 @@ __all__ = [
     "tokenize",
 ]
 
-# kmod's search order: a file name found in an earlier directory hides the same name later.
-MODPROBE_DIRS = (
-    "/etc/modprobe.d",
-    "/run/modprobe.d",
-    "/usr/local/lib/modprobe.d",
-    "/lib/modprobe.d",
-    "/usr/lib/modprobe.d",
-)
+
+def _load_conf_module() -> ModuleType:
+    """plugins/module_utils/modprobe_conf.py (how kmod reads modprobe.d, shared with
+    provisioner verify), by path: it works the same in an installed collection, in this
+    checkout (unit tests) and whatever Ansible names this file."""
+    path = Path(__file__).resolve().parent.parent / "module_utils" / "modprobe_conf.py"
+    name = "gdsfleet_gds_module_utils_modprobe_conf"
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - broken install
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_conf = _load_conf_module()
+MODPROBE_DIRS: tuple[str, ...] = _conf.MODPROBE_DIRS
+tokenize = _conf.tokenize
+effective_files = _conf.effective_files
+parse_options_line = _conf.parse_options_line
+parse_registry = _conf.parse_registry
+_param = _conf.param
 EDITABLE_DIR = "/etc/modprobe.d"
 
 
 def _norm(module: str) -> str:
     return module.replace("-", "_")
-
-
-def tokenize(text: str) -> list[str]:
-    """Split on blanks outside double quotes (kmod keeps ``a="x y"`` as one parameter)."""
-    out: list[str] = []
-    cur: list[str] = []
-    quoted = False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-            cur.append(ch)
-        elif ch.isspace() and not quoted:
-            if cur:
-                out.append("".join(cur))
-                cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        out.append("".join(cur))
-    return out
-
-
-def parse_options_line(line: str) -> tuple[str, list[str]] | None:
-    """``options <module> p=v ...`` -> (module as written, [param tokens]); None otherwise."""
-    tokens = tokenize(line.strip())
-    if len(tokens) < 2 or tokens[0] != "options":
-        return None
-    return tokens[1], tokens[2:]
-
-
-def _param(token: str) -> tuple[str, str]:
-    name, _sep, value = token.partition("=")
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        value = value[1:-1]
-    return name, value
-
-
-def parse_registry(value: str) -> list[tuple[str, str]]:
-    """``"A=1;B=2;"`` -> [("A", "1"), ("B", "2")] (empty entries dropped)."""
-    out: list[tuple[str, str]] = []
-    for part in value.strip().strip('"').split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        key, _sep, val = part.partition("=")
-        out.append((key.strip(), val.strip()))
-    return out
 
 
 def format_registry(pairs: Iterable[tuple[str, str]]) -> str:
@@ -123,17 +98,6 @@ def _merge_pairs(base: list[tuple[str, str]], more: Iterable[tuple[str, str]]
         else:
             out.append((key, val))
     return out
-
-
-def effective_files(files: Iterable[str]) -> list[str]:
-    """The files kmod reads, in its order: one per name (earlier directory wins), by name."""
-    by_name: dict[str, tuple[int, str]] = {}
-    for path in files:
-        directory, name = os.path.split(os.path.normpath(path))
-        rank = MODPROBE_DIRS.index(directory) if directory in MODPROBE_DIRS else len(MODPROBE_DIRS)
-        if name not in by_name or rank < by_name[name][0]:
-            by_name[name] = (rank, path)
-    return [by_name[name][1] for name in sorted(by_name)]
 
 
 def modprobe_plan(

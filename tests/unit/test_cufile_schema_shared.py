@@ -321,6 +321,7 @@ def test_wheel_carries_the_schema_and_verify_reads_it(wheel: Path, tmp_path: Pat
         names = zf.namelist()
         assert "provisioner/_collection/cufile_schema.json" in names
         assert "provisioner/_collection/cufile_schema.py" in names
+        assert "provisioner/_collection/modprobe_conf.py" in names
         assert not any(n.startswith("plugins/") for n in names)
         data = zf.read("provisioner/_collection/cufile_schema.json")
         assert data == SCHEMA_JSON.read_bytes()
@@ -330,7 +331,11 @@ def test_wheel_carries_the_schema_and_verify_reads_it(wheel: Path, tmp_path: Pat
     probe = (
         "import json, provisioner.verify.parsers.cufile as c\n"
         "cfg = c.parse('{\"execution\": {\"max_batch_io_size\": 128}}')\n"
+        "import provisioner.verify.parsers.modprobe as m\n"
+        "opts = m.configured_options({'files': ['/etc/modprobe.d/a.conf'], 'options': [\n"
+        "    '/etc/modprobe.d/a.conf:options nvme-core multipath=N']})\n"
         "print(json.dumps({'pkg': c.__file__, 'schema': c._load_schema_module().__file__,\n"
+        "                  'conf': m._conf.__file__, 'opts': opts,\n"
         "                  'unknown': cfg.unknown_keys, 'sug': cfg.suggestions}))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
@@ -343,4 +348,9 @@ def test_wheel_carries_the_schema_and_verify_reads_it(wheel: Path, tmp_path: Pat
     assert got["schema"] == str(tmp_path / "site" / "provisioner" / "_collection"
                                 / "cufile_schema.py")
     assert got["unknown"] == ["execution.max_batch_io_size"]
+    # ... and how kmod reads modprobe.d, from the same place
+    assert got["conf"] == str(tmp_path / "site" / "provisioner" / "_collection"
+                              / "modprobe_conf.py")
+    assert got["opts"] == {"nvme_core": {"multipath": {"value": "N",
+                                                       "file": "/etc/modprobe.d/a.conf"}}}
     assert got["sug"] == {"execution.max_batch_io_size": "properties.io_batchsize"}

@@ -9,47 +9,19 @@ unknown keys are reported with the key meant, wrong types with what the key take
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from provisioner import collection_utils
+
 DEFAULT_PATH = "/etc/cufile.json"
-
-_SCHEMA_MODULE = "provisioner._collection_cufile_schema"
-
-
-def _schema_candidates() -> list[Path]:
-    """Where the collection's schema engine is: inside the installed wheel (copied there at
-    build time by setup.py), else in this checkout's plugins/module_utils/."""
-    package = Path(__file__).resolve().parents[2]  # .../provisioner
-    return [
-        package / "_collection" / "cufile_schema.py",
-        package.parent / "plugins" / "module_utils" / "cufile_schema.py",
-    ]
 
 
 def _load_schema_module() -> ModuleType:
-    loaded = sys.modules.get(_SCHEMA_MODULE)
-    if loaded is not None:
-        return loaded
-    for path in _schema_candidates():
-        if path.is_file():
-            spec = importlib.util.spec_from_file_location(_SCHEMA_MODULE, path)
-            if spec is None or spec.loader is None:  # pragma: no cover - broken install
-                continue
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[_SCHEMA_MODULE] = module
-            spec.loader.exec_module(module)
-            return module
-    raise ImportError(
-        "the cufile.json schema (cufile_schema.py + cufile_schema.json) is missing from "
-        f"{' and '.join(str(p.parent) for p in _schema_candidates())}: reinstall gdsfleet "
-        "(pip install .) from a checkout that has plugins/module_utils/"
-    )
+    """plugins/module_utils/cufile_schema.py (the wheel's copy, or this checkout's)."""
+    return collection_utils.load("cufile_schema.py")
 
 
 def schema() -> Any:

@@ -19,21 +19,15 @@ import json
 import os
 from typing import Any
 
-# kmod's search order: a file name found in an earlier directory hides the same name later.
-MODPROBE_DIRS = (
-    "/etc/modprobe.d",
-    "/run/modprobe.d",
-    "/usr/local/lib/modprobe.d",
-    "/lib/modprobe.d",
-    "/usr/lib/modprobe.d",
-)
+from provisioner import collection_utils
 
-
-def _unquote(value: str) -> str:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
-    return value
+# How kmod reads modprobe.d: one copy, in the collection (plugins/module_utils/modprobe_conf.py),
+# shared with the filter gdsfleet.gds.modprobe_plan that plans what the p2pdma role writes.
+_conf = collection_utils.load("modprobe_conf.py")
+MODPROBE_DIRS: tuple[str, ...] = _conf.MODPROBE_DIRS
+tokenize = _conf.tokenize
+effective_files = _conf.effective_files
+_unquote = _conf.unquote
 
 
 def parse_nvidia_params(text: str) -> dict[str, str]:
@@ -48,12 +42,7 @@ def parse_nvidia_params(text: str) -> dict[str, str]:
 
 def parse_registry_dwords(value: str | None) -> dict[str, str]:
     """``A=1;B=0x2;`` -> {"A": "1", "B": "0x2"} (empty entries dropped, later keys win)."""
-    out: dict[str, str] = {}
-    for part in _unquote(value or "").split(";"):
-        key, _, val = part.partition("=")
-        if key.strip():
-            out[key.strip()] = val.strip()
-    return out
+    return dict(_conf.parse_registry(value or ""))
 
 
 def registry_has(registry: dict[str, str], key: str, value: str) -> bool:
@@ -70,38 +59,6 @@ def _same_number(a: str, b: str) -> bool:
         return int(a, 0) == int(b, 0)
     except ValueError:
         return a.strip() == b.strip()
-
-
-def tokenize(text: str) -> list[str]:
-    """Split on blanks outside double quotes (kmod keeps ``a="x y"`` as one parameter)."""
-    out: list[str] = []
-    cur: list[str] = []
-    quoted = False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-            cur.append(ch)
-        elif ch.isspace() and not quoted:
-            if cur:
-                out.append("".join(cur))
-                cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        out.append("".join(cur))
-    return out
-
-
-def effective_files(files: list[str]) -> list[str]:
-    """The files kmod reads, in its order: one per name (earlier directory wins), by name."""
-    by_name: dict[str, tuple[int, str]] = {}
-    for path in files:
-        directory, name = os.path.split(os.path.normpath(path))
-        rank = MODPROBE_DIRS.index(directory) if directory in MODPROBE_DIRS else len(
-            MODPROBE_DIRS)
-        if name not in by_name or rank < by_name[name][0]:
-            by_name[name] = (rank, path)
-    return [by_name[name][1] for name in sorted(by_name)]
 
 
 def configured_options(doc: dict[str, Any] | str | None) -> dict[str, dict[str, dict[str, str]]]:
@@ -122,13 +79,13 @@ def configured_options(doc: dict[str, Any] | str | None) -> dict[str, dict[str, 
     out: dict[str, dict[str, dict[str, str]]] = {}
     for path in effective_files(files + list(by_file)):
         for line in by_file.get(path, []):
-            tokens = tokenize(line.strip())
-            if len(tokens) < 3 or tokens[0] != "options":
+            parsed = _conf.parse_options_line(line)
+            if parsed is None:
                 continue
-            module = tokens[1].replace("-", "_")
-            for token in tokens[2:]:
-                name, _, value = token.partition("=")
-                out.setdefault(module, {})[name] = {"value": _unquote(value), "file": path}
+            module = parsed[0].replace("-", "_")
+            for token in parsed[1]:
+                name, value = _conf.param(token)
+                out.setdefault(module, {})[name] = {"value": value, "file": path}
     return out
 
 

@@ -1,0 +1,46 @@
+"""The collection's module_utils that the provisioner shares (one copy in git).
+
+Some knowledge lives once, in the collection's plugins/module_utils/, because the roles and
+``provisioner verify`` must agree on it: the cufile.json schema (cufile_schema.py + .json) and
+how kmod reads modprobe.d (modprobe_conf.py). The wheel carries build-time copies in
+provisioner/_collection/ (setup.py); a checkout reads plugins/module_utils/ directly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+# what setup.py copies into the wheel's provisioner/_collection/
+SHARED_FILES = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py")
+
+
+def candidates(filename: str) -> list[Path]:
+    """Where a shared file is: inside the installed wheel, else in this checkout."""
+    package = Path(__file__).resolve().parent  # .../provisioner
+    return [package / "_collection" / filename,
+            package.parent / "plugins" / "module_utils" / filename]
+
+
+def load(filename: str) -> ModuleType:
+    """Import plugins/module_utils/<filename> (a .py) under provisioner._collection_<stem>."""
+    name = f"provisioner._collection_{Path(filename).stem}"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    for path in candidates(filename):
+        if path.is_file():
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:  # pragma: no cover - broken install
+                continue
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(
+        f"the collection's {filename} is missing from "
+        f"{' and '.join(str(p.parent) for p in candidates(filename))}: reinstall gdsfleet "
+        "(pip install .) from a checkout that has plugins/module_utils/"
+    )

@@ -23,7 +23,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ import yaml
 
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
-from tests.harness import lab as labmod
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -44,38 +42,9 @@ pytestmark = pytest.mark.fleet
 
 
 @pytest.fixture(scope="module")
-def repo_vars(standin_repo: Any) -> Any:
-    """The stand-in repository (built by the harness) served on a private loopback port for
-    this module: a concurrent session stopping the shared server cannot break a rollout."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(VENV_BIN / "python"), "-m", "http.server", "--bind",
-                             "127.0.0.1", "--directory", str(ROOT / ".lab" / "standin-repo"),
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        def answers() -> bool:
-            try:
-                url = f"{base}/cuda/repos/debian12/x86_64/Packages"  # http on loopback only
-                with urllib.request.urlopen(url, timeout=2):  # noqa: S310
-                    return True
-            except OSError:
-                return False
-
-        _wait(answers, 20, "the private repo")
-        yield {
-            "cuda_repo_base_url": f"{base}/cuda/repos",
-            "mofed_doca_repo_base_url": f"{base}/doca",
-            "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
-            "mofed_mlnx_ofed_tarball_checksum": labmod.standin_tarball_checksum(),
-            "verify_runtime_index_url": f"{base}/pypi/simple",
-        }
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def repo_vars(private_repo: Any) -> dict[str, str]:
+    """The role variables for the stand-in repository on this module's private server."""
+    return dict(private_repo.group_vars())
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.harness.fixtures import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -30,43 +28,12 @@ VENV = "/opt/gdsfleet/venv"
 pytestmark = pytest.mark.fleet
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def repo(standin_repo: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The stand-in repository (built by the harness) served on a private loopback port, with
-    the server's access log (to see what pip fetched)."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("repo") / "access.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([str(VENV_BIN / "python"), "-m", "http.server", "--bind",
-                                 "127.0.0.1", "--directory", str(ROOT / ".lab" / "standin-repo"),
-                                 str(port)], stdout=fh, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/pypi/simple/", timeout=2):  # noqa: S310
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield {"base": base, "log": log, "group_vars": {
-            "gds_route": "p2pdma",
-            "cuda_repo_base_url": f"{base}/cuda/repos",
-            "mofed_doca_repo_base_url": f"{base}/doca",
-            "verify_runtime_source": "index",
-            "verify_runtime_index_url": f"{base}/pypi/simple",
-        }}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def repo(private_repo: Any) -> dict[str, Any]:
+    """The stand-in repository on this module's private server, with its access log (to see
+    what pip fetched)."""
+    return {"base": private_repo.base_url, "log": private_repo.log,
+            "group_vars": {"gds_route": "p2pdma", **private_repo.group_vars()}}
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +155,7 @@ def test_role_installs_from_a_wheel_folder_with_the_index_unreachable(node: Any,
     wheels.mkdir()
     for whl in (ROOT / ".lab" / "standin-repo" / "pypi" / "simple").glob("*/*.whl"):
         (wheels / whl.name).write_bytes(whl.read_bytes())
-    closed = _free_port()  # nothing listens there
+    closed = free_port()  # nothing listens there
     play = tmp_path / "runtime.yml"
     play.write_text("- hosts: gpu_nodes\n  become: true\n  gather_facts: true\n"
                     "  roles:\n    - gdsfleet.gds.verify_runtime\n")

@@ -22,12 +22,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +31,6 @@ import pytest
 
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
-from tests.harness import lab as labmod
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT_VENV = ROOT / ".venv"
@@ -125,35 +120,9 @@ def collections(wheel_venv: Path, outside: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def repo_vars(standin_repo: Any) -> Iterator[dict[str, str]]:
-    """The stand-in repository on a private loopback port for this module."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
-                             "--directory", str(labmod.lab_dir() / "standin-repo"), str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                url = f"{base}/cuda/repos/debian12/x86_64/Packages"  # loopback only
-                with urllib.request.urlopen(url, timeout=2):  # noqa: S310
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield {"cuda_repo_base_url": f"{base}/cuda/repos",
-               "mofed_doca_repo_base_url": f"{base}/doca",
-               "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
-               "mofed_mlnx_ofed_tarball_checksum": labmod.standin_tarball_checksum(),
-               "verify_runtime_source": "index",
-               "verify_runtime_index_url": f"{base}/pypi/simple"}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def repo_vars(private_repo: Any) -> dict[str, str]:
+    """The role variables for the stand-in repository on this module's private server."""
+    return dict(private_repo.group_vars())
 
 
 def test_wheel_installed_provisioner_rolls_out_the_lab(

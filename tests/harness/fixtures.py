@@ -22,12 +22,15 @@ automatically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +142,61 @@ def standin_repo() -> Iterator[StandinRepo]:
         me.unlink()
     if not _live_repo_users():
         labmod.stop_repo()
+
+
+@dataclass
+class PrivateRepo:
+    """The stand-in repository served on a private loopback port for one test module, with the
+    server's access log (what apt and pip fetched)."""
+
+    repo: StandinRepo
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return self.repo.base_url
+
+    def group_vars(self) -> dict[str, str]:
+        return self.repo.group_vars()
+
+
+@pytest.fixture(scope="module")
+def private_repo(standin_repo: StandinRepo,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRepo]:
+    """The stand-in repository (built by `standin_repo`) served by a server of this module's
+    own: a concurrent pytest session stopping the shared server cannot break a rollout."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    log = tmp_path_factory.mktemp("private-repo") / "access.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                                 "--directory", str(standin_repo.directory), str(port)],
+                                stdout=fh, stderr=subprocess.STDOUT)
+    old, base = standin_repo.base_url, f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                url = f"{base}/cuda/repos/debian12/x86_64/Packages"  # http on loopback only
+                with urllib.request.urlopen(url, timeout=2):  # noqa: S310
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"the private stand-in repo on {base} did not answer: "
+                                       f"{log.read_text()[-500:]}") from None
+                time.sleep(0.2)
+        moved = dataclasses.replace(
+            standin_repo, base_url=base,
+            cuda_url=standin_repo.cuda_url.replace(old, base),
+            cuda_key_url=standin_repo.cuda_key_url.replace(old, base),
+            doca_url=standin_repo.doca_url.replace(old, base),
+            doca_key_url=standin_repo.doca_key_url.replace(old, base),
+            mlnx_ofed_tarball_url=standin_repo.mlnx_ofed_tarball_url.replace(old, base))
+        yield PrivateRepo(repo=moved, log=log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 # ------------------------------------------------------------------------------ sim nodes

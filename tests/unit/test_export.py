@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 H100_REPORT = REPO / "docs" / "evidence" / "h100" / "verify-local.json"
 
 
-def _direct(name: str, *, proof: str | None = "nvidia-fs Writes/Reads counters moved",
+def _direct(name: str, *, proof: str | None = "nvfs_counters",
             compliant: bool = True, failing: str | None = None,
             mount: str = "/mnt/gds") -> dict[str, Any]:
     checks = [CheckResult("io.direct_path", "pass", "direct (proven)", "direct", "ok")]

@@ -58,7 +58,7 @@ def test_machine_is_the_h100_with_torch_and_kvikio() -> None:
 def test_run_with_the_exported_env_round_trips_through_compat() -> None:
     run = _json("run-exported-env.json")
     assert _exit("run-exported-env.json") == 0
-    assert run["ok"] is True and run["differs"] == [] and run["items"] == 12
+    assert run["ok"] is True and run["differs"] == [] and run["items"] == 13
     assert run["bytes_written"] == run["bytes_read"] >= 1 << 30
     assert run["path_taken"]["path"] == "compat"
     kv = run["kvikio_after_save"]
@@ -70,6 +70,19 @@ def test_run_with_the_exported_env_round_trips_through_compat() -> None:
     assert run["checkpoint"].startswith(exported["GDSFLEET_GDS_MOUNT"] + "/")
     assert run["page_cache_after_drop"][0][0] == 0  # the load read the disk, not the cache
     assert run["save_gbps"] > 0 and run["load_gbps"] > 0
+
+
+def test_two_ranks_write_their_own_files_and_read_each_others() -> None:
+    run = _json("run-two-ranks.json")
+    assert _exit("run-two-ranks.json") == 0
+    assert run["ok"] is True and run["world_size"] == 2 and run["path_taken"]["path"] == "compat"
+    assert {"__0_data.kvikio", "__1_data.kvikio"} <= set(run["files"])
+    ranks = run["per_rank"]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["differs"] == [] for r in ranks)
+    # DCP spreads the shared items over both ranks; each rank loads the whole state_dict, so
+    # it reads what the other rank wrote
+    assert all(0 < r["bytes_written"] < r["bytes_read"] for r in ranks)
+    assert sum(r["bytes_written"] for r in ranks) == run["bytes_written"]
 
 
 def test_forcing_the_direct_path_on_the_h100_fails_loudly() -> None:

@@ -2,10 +2,11 @@
 # The kvikio DCP example end to end on a real GPU node, from a checkout's root:
 #   1. `provisioner verify --local` (64 MiB I/O test) into a fresh ledger;
 #   2. `provisioner export env` and `export deepspeed` for this node from that ledger;
-#   3. run_example.py with exactly the exported environment (1 GiB of tensors by default);
+#   3. run_example.py with exactly the exported environment (1 GiB of tensors by default), then
+#      the same under torchrun with two ranks on the one GPU (gloo), 256 MiB;
 #   4. run_example.py with the direct path forced (KVIKIO_COMPAT_MODE=OFF, cuFile compat off):
 #      a node without GDS must refuse, loudly;
-#   5. run_example.py with kvikio's default (AUTO): works, but cannot say which path it took.
+#   5. run_example.py with kvikio's default (AUTO), which falls back to POSIX silently.
 # Needs torch and cupy installed, and the wheels of docs/evidence/README.md in $WHL (default
 # .whl/: kvikio-cu13, libkvikio-cu13, rapids-logger, SQLAlchemy, greenlet). Writes under $OUT.
 set -uo pipefail
@@ -49,6 +50,8 @@ step export-env.json python3 -m provisioner.cli export env --node "$NODE" \
 step export-deepspeed.json python3 -m provisioner.cli export deepspeed --node "$NODE" \
   --ledger "$OUT/ledger.sqlite"
 step run-exported-env.json bash -c ". '$OUT/export-env.sh' && exec python3 $EXAMPLE --size-mib $SIZE_MIB"
+step run-two-ranks.json bash -c ". '$OUT/export-env.sh' && GLOO_SOCKET_IFNAME=lo exec python3 \
+  -m torch.distributed.run --standalone --nproc-per-node 2 $EXAMPLE --size-mib 256"
 step run-forced-direct.json env KVIKIO_COMPAT_MODE=OFF CUFILE_ALLOW_COMPAT_MODE=false \
   GDSFLEET_GDS_MOUNT="$IODIR" python3 $EXAMPLE --size-mib 64
 step run-kvikio-default.json env -u KVIKIO_COMPAT_MODE GDSFLEET_GDS_MOUNT="$IODIR" \

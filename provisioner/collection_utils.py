@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
 # what setup.py copies into the wheel's provisioner/_collection/
 SHARED_FILES = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py")
+
+# verify evaluates nodes in parallel threads: a module is in sys.modules before its code has run
+# (exec_module needs that), so a second thread must wait for the first to finish loading it.
+_LOAD_LOCK = threading.Lock()
 
 
 def candidates(filename: str) -> list[Path]:
@@ -26,7 +31,11 @@ def candidates(filename: str) -> list[Path]:
 
 def load(filename: str) -> ModuleType:
     """Import plugins/module_utils/<filename> (a .py) under provisioner._collection_<stem>."""
-    name = f"provisioner._collection_{Path(filename).stem}"
+    with _LOAD_LOCK:
+        return _load_locked(filename, f"provisioner._collection_{Path(filename).stem}")
+
+
+def _load_locked(filename: str, name: str) -> ModuleType:
     loaded = sys.modules.get(name)
     if loaded is not None:
         return loaded
@@ -37,7 +46,11 @@ def load(filename: str) -> ModuleType:
                 continue
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)  # never leave a half-loaded module
+                raise
             return module
     raise ImportError(
         f"the collection's {filename} is missing from "

@@ -57,9 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--reboot-playbook", metavar="FILE|FQCN",
                    help="playbook --allow-reboot runs (default gdsfleet.gds.reboot)")
     c.add_argument("-e", "--extra-var", action="append", default=[],
-                   metavar="KEY=VALUE|@FILE",
-                   help="extra variable for the playbook (repeatable), or @FILE: a YAML/JSON "
-                        "mapping of them (keeps secrets off the command line). They reach "
+                   metavar="KEY=VALUE|@FILE|JSON",
+                   help="extra variable for the playbook (repeatable), or @FILE or a JSON "
+                        "object: a mapping of them (@FILE keeps secrets off the command "
+                        "line). They reach "
                         "ansible-playbook through a 0600 file, never its command line")
     c.add_argument("--no-verify", action="store_true",
                    help="provision only; no verification, no health gate (benchmarks; nodes "
@@ -107,21 +108,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
-def _extravars_file(item: str) -> dict[str, Any]:
+def _extravars_mapping(item: str) -> dict[str, Any]:
+    """``-e @FILE`` or ``-e '{"k": "v"}'``: a YAML/JSON mapping (never echoed: secrets)."""
     import yaml
 
     from provisioner.redact import register_mapping
 
-    path = Path(item[1:]).expanduser()
+    label = item if item.startswith("@") else "{...}"
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = (Path(item[1:]).expanduser().read_text(encoding="utf-8")
+                if item.startswith("@") else item)
+        doc = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not a YAML/JSON file"
-        raise UsageError(f"-e {item}: cannot read it ({why}); give a YAML or JSON file of "
-                         f"variables") from None
+        why = exc.strerror if isinstance(exc, OSError) else "not YAML/JSON"
+        raise UsageError(f"-e {label}: cannot read it ({why}); give a YAML or JSON mapping "
+                         f"of variables") from None
     if not isinstance(doc, dict) or not all(isinstance(k, str) and _VAR_RE.match(k)
                                             for k in doc):
-        raise UsageError(f"-e {item}: give a YAML or JSON mapping of plain variable names")
+        raise UsageError(f"-e {label}: give a YAML or JSON mapping of plain variable names")
     register_mapping(doc)  # its secrets are masked in every message from here on
     return doc
 
@@ -129,13 +133,13 @@ def _extravars_file(item: str) -> dict[str, Any]:
 def _extravars(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
-        if item.startswith("@"):
-            out.update(_extravars_file(item))
+        if item.startswith(("@", "{")):
+            out.update(_extravars_mapping(item))
             continue
         key, sep, value = item.partition("=")
         if not sep or not _VAR_RE.match(key):
             # never the value: it may be a secret
-            shown = key if _VAR_RE.match(key) or not sep else "<bad name>"
+            shown = key if _VAR_RE.match(key) else "<not a variable name>"
             raise UsageError(f"-e {shown}{'=...' if sep else ''}: give KEY=VALUE with a plain "
                              f"variable name, or @FILE")
         if any(c in value for c in "`\n\r") or "$(" in value:

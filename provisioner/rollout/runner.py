@@ -9,10 +9,12 @@ unreachable hosts into one number and a malformed playbook can look like either.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -279,11 +281,22 @@ def _scrub_runner_env(status: Mapping[str, Any], runner_config: Any = None) -> N
 
 
 def _scrub_artifacts(pdd: Path) -> None:
-    """The runner's ``artifacts/*/command`` files record the job's environment: mask any
-    secret an operator's environment held (secret-named variables, URL passwords)."""
+    """Owner-only modes for everything in the runner's folder; and its ``artifacts/*/command``
+    files record the job's environment: mask any secret an operator's environment held
+    (secret-named variables, URL passwords)."""
     from provisioner.fsutil import write_private
     from provisioner.redact import redact_mapping
 
+    # ansible-runner writes some artifacts (stderr, fact_cache/) with the umask's default
+    # modes, inside its 0700 folders: narrow them to 0600/0700 too (never widening)
+    for p in pdd.rglob("*"):
+        with contextlib.suppress(OSError):
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            keep = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+            if stat.S_IMODE(st.st_mode) & ~keep:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & keep)
     for cmd in pdd.glob("artifacts/*/command"):
         try:
             doc = json.loads(cmd.read_text(encoding="utf-8"))
@@ -332,6 +345,8 @@ def run_playbook(
         pdd = Path(pdd_tmp)
     else:
         pdd = private_dir(private_data_dir, narrow=True)  # 0700; an older 0755 one narrowed
+    # ansible-runner makes artifacts/<ident> 0700 but its parent with the umask's default
+    private_dir(pdd / "artifacts", narrow=True)
     collector = EventCollector(hosts, on_host_event, keep_events=keep_events)
     env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
     for key in FORWARDED_ENV:

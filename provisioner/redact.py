@@ -45,7 +45,10 @@ _PEM = re.compile(
     r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.S
 )
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@'\"]*):([^@\s'\"]*)@")
-_QUERY = re.compile(r"([?&;])([A-Za-z_][A-Za-z0-9_.\-]*)=([^&\s#'\"]*)")
+# a parameter's value ends at the next parameter, a blank, a quote, or punctuation closing
+# the sentence it is quoted in ("...?password=x: read failed")
+_QUERY = re.compile(r"([?&;])([A-Za-z_][A-Za-z0-9_.\-]*)=([^&\s#'\"]*?)"
+                    r"(?=$|[&\s#'\"]|[:,;.)](?:\s|$))")
 _KV_NAME = re.compile(
     r"(?<![A-Za-z0-9_.\-])([\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*)([=:])(\s*)"
 )
@@ -193,7 +196,7 @@ def redact_text(text: str) -> str:
         if not m:
             break
         v = _KV_VALUE.match(text, m.end())
-        if v and v.group(0) not in (MASK, REDACTED) \
+        if v and not v.group(0).startswith((MASK, REDACTED)) \
                 and _name_hides(m.group(2), m.group(4)):
             out.append(text[pos:m.end()] + MASK)
             pos = v.end()

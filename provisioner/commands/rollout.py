@@ -140,7 +140,7 @@ def _extravars(items: list[str]) -> dict[str, Any]:
         if not sep or not _VAR_RE.match(key):
             # never the value: it may be a secret
             shown = key if _VAR_RE.match(key) else "<not a variable name>"
-            raise UsageError(f"-e {shown}{'=...' if sep else ''}: give KEY=VALUE with a plain "
+            raise UsageError(f"-e {shown}{'=...' if sep else ''}: give NAME=VALUE with a plain "
                              f"variable name, or @FILE")
         if any(c in value for c in "`\n\r") or "$(" in value:
             raise UsageError(f"-e {key}: the value holds command substitution or a newline")

@@ -15,7 +15,7 @@ from provisioner.commands import COMMANDS
 from provisioner.debuglog import report_internal
 from provisioner.errors import ProvisionerError
 from provisioner.exitcodes import Exit
-from provisioner.redact import redact_text, register_argv
+from provisioner.redact import forget_all, redact_text, register_argv
 
 _HELP = {
     "verify": "prove node by node that GPUDirect Storage takes the direct path",
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     # the secrets on this command line and in the environment are masked in every message,
     # report, ledger row and log line from here on (provisioner.redact)
+    # (this invocation's own: a library caller's earlier invocations are forgotten)
+    forget_all()
     register_argv(list(sys.argv[1:] if argv is None else argv), os.environ)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -6,14 +6,16 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from provisioner import __version__
 from provisioner.commands import COMMANDS
 from provisioner.debuglog import report_internal
-from provisioner.errors import ProvisionerError, mask_url_credentials
+from provisioner.errors import ProvisionerError
 from provisioner.exitcodes import Exit
+from provisioner.redact import forget_all, redact_text, register_argv
 
 _HELP = {
     "verify": "prove node by node that GPUDirect Storage takes the direct path",
@@ -47,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # the secrets on this command line and in the environment are masked in every message,
+    # report, ledger row and log line from here on (provisioner.redact)
+    # (this invocation's own: a library caller's earlier invocations are forgotten)
+    forget_all()
+    register_argv(list(sys.argv[1:] if argv is None else argv), os.environ)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -61,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mod = importlib.import_module(f"provisioner.commands.{args._module}")
         return int(mod.run(args))
     except ProvisionerError as exc:
-        message = mask_url_credentials(" ".join(str(exc).split()) or type(exc).__name__)
+        message = redact_text(" ".join(str(exc).split()) or type(exc).__name__)
         print(f"{prog}: error: {message}", file=sys.stderr)
         code = getattr(exc, "exit_code", 1)
         return int(code)

@@ -37,12 +37,17 @@ def write_traceback(context: str, exc: BaseException | None = None) -> str | Non
     else:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    entry = f"--- {stamp} pid {os.getpid()}: {context}\n{text}\n"
+    from provisioner.fsutil import open_private, private_dir
+    from provisioner.redact import redact_text
+
+    entry = redact_text(f"--- {stamp} pid {os.getpid()}: {context}\n{text}\n")
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        private_dir(path.parent)
+        fd = open_private(path)
         try:
-            os.fchmod(fd, 0o600)
+            mode = os.fstat(fd).st_mode & 0o777
+            if mode & 0o077:  # an older log made wider: narrow it, never widen
+                os.fchmod(fd, mode & 0o600)
             os.write(fd, entry.encode("utf-8", "replace"))
         finally:
             os.close(fd)
@@ -62,8 +67,10 @@ def report_internal(prog: str, exc: BaseException) -> None:
     where = write_traceback(prog, exc)
     tail = (f"the traceback is in {where}" if where
             else f"the traceback could not be written to {debug_log_path()}")
-    sys.stderr.write(f"{prog}: internal error (a bug, please report it): {one_line(exc)}; "
-                     f"{tail}\n")
+    from provisioner.redact import redact_text
+
+    sys.stderr.write(redact_text(f"{prog}: internal error (a bug, please report it): "
+                                 f"{one_line(exc)}; {tail}\n"))
 
 
 __all__ = ["ENV_DEBUG_LOG", "debug_log_path", "one_line", "report_internal", "write_traceback"]

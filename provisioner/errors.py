@@ -7,14 +7,12 @@ of these at the boundary where they happen.
 
 from __future__ import annotations
 
-import re
-
-_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):[^@\s/]*@")
-
 
 def mask_url_credentials(text: str) -> str:
-    """``scheme://user:secret@host`` -> ``scheme://user:***@host`` anywhere in ``text``."""
-    return _URL_CREDENTIALS.sub(r"\1:***@", text)
+    """``text`` with URL credentials and every other secret masked (provisioner.redact)."""
+    from provisioner.redact import redact_text
+
+    return redact_text(text)
 
 
 class ProvisionerError(Exception):

@@ -16,15 +16,12 @@ Files are written atomically (temp file in the same directory, fsync, rename).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 from provisioner.exitcodes import Exit
@@ -104,23 +101,15 @@ def build_report(
 def atomic_write(path: str | os.PathLike[str], data: str) -> None:
     """Write ``data`` to ``path`` through a temp file + rename; ``-`` writes to stdout."""
     if str(path) == "-":
-        sys.stdout.write(data)
+        from provisioner.redact import redact_known
+
+        sys.stdout.write(redact_known(data))
         sys.stdout.flush()
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    from provisioner.fsutil import write_private
+    from provisioner.redact import redact_known
+
+    write_private(path, redact_known(data))  # 0600: reports name nodes, paths and the ledger
 
 
 def to_json(doc: Mapping[str, Any]) -> str:

@@ -132,9 +132,11 @@ _URL_CRED = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+):[^@\s/]+@")
 
 def redact(text: str) -> str:
     """Remove private key material, passwords and URL credentials from a message."""
+    from provisioner.redact import redact_text
+
     text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
     text = _KV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
-    return _URL_CRED.sub(r"\1:***@", text)
+    return redact_text(_URL_CRED.sub(r"\1:***@", text))
 
 
 # --------------------------------------------------------------------------- host keys

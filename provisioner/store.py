@@ -58,6 +58,8 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from provisioner.errors import LedgerError
+from provisioner.fsutil import create_private, private_dir
+from provisioner.redact import redact_mapping
 
 SCHEMA_VERSION = 1
 ENV_LEDGER = "GDSFLEET_LEDGER"
@@ -198,11 +200,14 @@ def resolve_ledger(
 
 
 def display_url(url_or_path: str) -> str:
-    """The ledger location with any password hidden (for messages and logs)."""
+    """The ledger location with any password hidden (for messages and logs): the URL's
+    password and a ``password=`` query parameter (provisioner.redact)."""
+    from provisioner.redact import redact_text
+
     if "://" not in url_or_path:
-        return url_or_path
+        return redact_text(url_or_path)
     try:
-        return make_url(url_or_path).render_as_string(hide_password=True)
+        return redact_text(make_url(url_or_path).render_as_string(hide_password=True))
     except ArgumentError:
         return "<unparseable ledger URL>"
 
@@ -244,8 +249,15 @@ class Ledger:
             else:
                 path = Path(target).expanduser()
                 if not read_only:
-                    path.parent.mkdir(parents=True, exist_ok=True)
+                    private_dir(path.parent)  # a folder it creates is 0700
                 url = make_url(f"sqlite:///{path.resolve()}")
+            database = str(url.database or "")
+            if (url.get_backend_name() == "sqlite" and not read_only and database
+                    and database != ":memory:" and not database.startswith("file:")):
+                # created 0600 before SQLite opens it (SQLite would make it 0644); its -wal,
+                # -shm and -journal files take the database file's mode
+                private_dir(Path(database).parent)
+                create_private(database)
             if url.get_backend_name() == "sqlite" and read_only:
                 engine = _sqlite_read_only_engine(url, shown)
             elif url.get_backend_name() == "sqlite":
@@ -400,7 +412,8 @@ class Ledger:
                     fleet=fleet,
                     started_at=utcnow(),
                     status="running",
-                    args_json=_dumps(dict(args or {})),
+                    # no secret reaches the ledger, whoever calls (provisioner.redact)
+                    args_json=_dumps(redact_mapping(dict(args or {}))),
                 )
             )
         return run_id

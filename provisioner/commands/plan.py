@@ -90,12 +90,14 @@ def run(args: argparse.Namespace) -> int:
     doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
     if args.json:
-        text = json.dumps(doc, indent=2) + "\n"
+        from provisioner.fsutil import write_private
+        from provisioner.redact import redact_known
+
+        text = redact_known(json.dumps(doc, indent=2) + "\n")
         if args.json == "-":
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text, encoding="utf-8")
+        write_private(args.json, text)  # 0600, atomic
 
     from rich.console import Console
     from rich.table import Table

@@ -56,8 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "from the installed collection)")
     c.add_argument("--reboot-playbook", metavar="FILE|FQCN",
                    help="playbook --allow-reboot runs (default gdsfleet.gds.reboot)")
-    c.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra variable for the playbook (repeatable)")
+    c.add_argument("-e", "--extra-var", action="append", default=[],
+                   metavar="KEY=VALUE|@FILE|JSON",
+                   help="extra variable for the playbook (repeatable), or @FILE or a JSON "
+                        "object: a mapping of them (@FILE keeps secrets off the command "
+                        "line). They reach "
+                        "ansible-playbook through a 0600 file, never its command line")
     c.add_argument("--no-verify", action="store_true",
                    help="provision only; no verification, no health gate (benchmarks; nodes "
                         "are then recorded as 'skipped', never 'compliant')")
@@ -104,12 +108,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
-def _extravars(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _extravars_mapping(item: str) -> dict[str, Any]:
+    """``-e @FILE`` or ``-e '{"k": "v"}'``: a YAML/JSON mapping (never echoed: secrets)."""
+    import yaml
+
+    from provisioner.redact import register_mapping
+
+    label = item if item.startswith("@") else "{...}"
+    try:
+        text = (Path(item[1:]).expanduser().read_text(encoding="utf-8")
+                if item.startswith("@") else item)
+        doc = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not YAML/JSON"
+        raise UsageError(f"-e {label}: cannot read it ({why}); give a YAML or JSON mapping "
+                         f"of variables") from None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and _VAR_RE.match(k)
+                                            for k in doc):
+        raise UsageError(f"-e {label}: give a YAML or JSON mapping of plain variable names")
+    register_mapping(doc)  # its secrets are masked in every message from here on
+    return doc
+
+
+def _extravars(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for item in items:
+        if item.startswith(("@", "{")):
+            out.update(_extravars_mapping(item))
+            continue
         key, sep, value = item.partition("=")
         if not sep or not _VAR_RE.match(key):
-            raise UsageError(f"-e {item!r}: give KEY=VALUE with a plain variable name")
+            # never the value: it may be a secret
+            shown = key if _VAR_RE.match(key) else "<not a variable name>"
+            raise UsageError(f"-e {shown}{'=...' if sep else ''}: give NAME=VALUE with a plain "
+                             f"variable name, or @FILE")
         if any(c in value for c in "`\n\r") or "$(" in value:
             raise UsageError(f"-e {key}: the value holds command substitution or a newline")
         out[key] = value
@@ -277,16 +309,16 @@ def run(args: argparse.Namespace) -> int:
             events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
             recorded = {k: v for k, v in vars(args).items()
                         if not k.startswith("_") and not callable(v)}
-            # secrets never reach the ledger: extra vars with secret-looking names are redacted
+            # secrets never reach the ledger (provisioner.redact): secret-named extra vars,
+            # URL passwords (--ledger), every -e/--extra-var form of the command line
+            from provisioner.redact import display_url as shown_url
+            from provisioner.redact import redact_argv
             from provisioner.rollout.runner import redact
 
             shown = redact(checked["extravars"])
             recorded["extra_var"] = [f"{k}={v}" for k, v in shown.items()]
-            recorded["argv"] = [
-                a if not any(a.startswith(f"{k}=") for k in shown if shown[k] == "<redacted>")
-                else a.split("=", 1)[0] + "=<redacted>"
-                for a in sys.argv[1:]
-            ]
+            recorded["ledger"] = shown_url(args.ledger) if args.ledger else None
+            recorded["argv"] = redact_argv(sys.argv[1:])
             options = RolloutOptions(
                 waves=args.waves,
                 max_parallel=args.max_parallel,
@@ -326,7 +358,11 @@ def run(args: argparse.Namespace) -> int:
                 confirm=_confirm if args.confirm else None,
             )
             try:
-                result = engine.run_with(lambda rid: setattr(provisioner, "run_tag", rid))
+                def started(rid: str) -> None:
+                    provisioner.run_tag = rid
+                    lock.set_run_id(rid)  # the lock file names the run (never the command)
+
+                result = engine.run_with(started)
             finally:
                 close = getattr(observer, "close", None)
                 if close is not None:

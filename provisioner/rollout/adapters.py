@@ -68,16 +68,19 @@ class AnsibleProvisioner:
             "host": host, "event": event, "task": task,
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })
-        with self._lock, open(self.events_log, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
+        from provisioner.fsutil import append_private
+
+        with self._lock:
+            append_private(self.events_log, line + "\n")  # created 0600
 
     def _run(
         self, playbook: str, kind: str, hosts: Sequence[str], wave: int,
         on_host_event: Callable[[str, str, str], None] | None,
     ) -> Mapping[str, HostOutcome]:
         if self.events_log is not None:
-            self.events_log.parent.mkdir(parents=True, exist_ok=True)
+            from provisioner.fsutil import private_dir
+
+            private_dir(self.events_log.parent)
         for h in hosts:
             self._log(wave, kind, h, "start", "")
 

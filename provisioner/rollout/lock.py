@@ -1,9 +1,11 @@
 """One rollout per ledger and fleet at a time.
 
 SQLite ledger: ``fcntl.flock`` on a lock file beside the database
-(``ledger.sqlite.rollout.lock``); the holder writes its pid, host, user, start time and command
-line into the file, so a refused second rollout can name it. The kernel drops a flock when its
-holder dies (even ``kill -9``), so a re-run after a crash takes the lock and resumes.
+(``ledger.sqlite.rollout.lock``, mode 0600); the holder writes its pid, host, user, start time
+and, once known, its run id into the file, so a refused second rollout can name it. Never the
+command line: it can hold secrets, and the file outlives a ``kill -9``. The kernel drops a
+flock when its holder dies (even ``kill -9``), so a re-run after a crash takes the lock and
+resumes.
 PostgreSQL ledger: ``pg_try_advisory_lock`` keyed on the fleet, held on a dedicated
 connection for the rollout's lifetime; the holder's details go in ``application_name``.
 """
@@ -16,7 +18,6 @@ import hashlib
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -35,15 +36,16 @@ def holder_info(fleet: str) -> dict[str, Any]:
         "host": socket.gethostname(),
         "user": user,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(sys.argv) or "?",
+        "run_id": None,
         "fleet": fleet,
     }
 
 
 def describe(info: dict[str, Any]) -> str:
+    run = f", run {info['run_id']}" if info.get("run_id") else ""
     return (
         f"pid {info.get('pid', '?')} on {info.get('host', '?')} by {info.get('user', '?')} "
-        f"since {info.get('started_at', '?')} ({info.get('command', '?')})"
+        f"since {info.get('started_at', '?')}{run}"
     )
 
 
@@ -66,10 +68,13 @@ class FileLock:
         self.path = Path(path)
         self.fleet = fleet
         self._fd: int | None = None
+        self._info: dict[str, Any] = {}
 
     def acquire(self) -> FileLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        from provisioner.fsutil import open_private, private_dir
+
+        private_dir(self.path.parent)
+        fd = open_private(self.path, os.O_RDWR)  # 0600 (umask-narrowed) when created
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -87,11 +92,25 @@ class FileLock:
         except OSError:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder_info(self.fleet)) + "\n").encode(), 0)
-        os.fsync(fd)
+        mode = os.fstat(fd).st_mode & 0o777
+        if mode & 0o077:  # a lock file left by an older version: narrow it, never widen
+            os.fchmod(fd, mode & 0o600)
         self._fd = fd
+        self._info = holder_info(self.fleet)
+        self._write_info()
         return self
+
+    def _write_info(self) -> None:
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, (json.dumps(self._info) + "\n").encode(), 0)
+        os.fsync(self._fd)
+
+    def set_run_id(self, run_id: str) -> None:
+        """Name the run in the lock file once the engine has started or resumed it."""
+        self._info["run_id"] = run_id
+        self._write_info()
 
     def release(self) -> None:
         if self._fd is None:
@@ -174,6 +193,9 @@ class PgAdvisoryLock:
             )
         self._conn = (engine, conn)
         return self
+
+    def set_run_id(self, run_id: str) -> None:
+        """Nothing to write: the holder is named by its session's application_name."""
 
     def release(self) -> None:
         if self._conn is None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 from provisioner.rollout.engine import (
@@ -213,20 +211,15 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None) -> None:
 
 def _atomic_write(path: str, data: str) -> None:
     if path == "-":
-        sys.stdout.write(data)
+        from provisioner.redact import redact_known
+
+        sys.stdout.write(redact_known(data))
         sys.stdout.flush()
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from provisioner.fsutil import write_private
+    from provisioner.redact import redact_known
+
+    write_private(path, redact_known(data))  # 0600, atomic
 
 
 def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:

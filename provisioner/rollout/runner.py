@@ -9,9 +9,12 @@ unreachable hosts into one number and a malformed playbook can look like either.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -26,8 +29,9 @@ from provisioner.errors import ProvisionerError
 _WHY = re.compile(r"error|fail|unmet|depends:|unable|not installable|no such|denied|refus",
                   re.IGNORECASE)
 
-# Keys whose values never leave the driver (reports, ledger, logs).
-_SECRET_HINTS = ("password", "passwd", "secret", "token", "private_key", "api_key")
+# Environment variables ansible-playbook never needs that can hold a secret (a ledger URL with
+# its password): left out of its environment and of the runner's ``command`` artifact.
+_DROPPED_ENV = ("GDSFLEET_LEDGER",)
 
 
 class HostStatus(str, Enum):
@@ -246,10 +250,61 @@ def _ansible_bin_dir() -> str | None:
 
 
 def redact(extravars: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        k: ("<redacted>" if any(h in k.lower() for h in _SECRET_HINTS) else v)
-        for k, v in extravars.items()
-    }
+    """Extra vars fit to record: secret-named values ``<redacted>`` (provisioner.redact)."""
+    from provisioner.redact import redact_mapping
+
+    return dict(redact_mapping(dict(extravars)))
+
+
+def _write_extravars(pdd: Path, extravars: Mapping[str, Any]) -> Path | None:
+    """Extra vars go to ansible-playbook as ``-e @<pdd>/env/extravars`` (ansible-runner adds
+    that option when the file exists): a 0600 file in 0700 folders, never the command line
+    that ``ps`` shows. None (and no file) when there are none."""
+    from provisioner.fsutil import private_dir, write_private
+
+    path = private_dir(pdd / "env") / "extravars"
+    path.unlink(missing_ok=True)  # a file left by a killed run: never reused
+    if not extravars:
+        return None
+    write_private(path, json.dumps(dict(extravars)))
+    return path
+
+
+def _scrub_runner_env(status: Mapping[str, Any], runner_config: Any = None) -> None:
+    """ansible-runner's status handler: at 'starting' (before the ``command`` artifact is
+    written and ansible-playbook started) drop the variables of ``_DROPPED_ENV`` from the
+    job's environment."""
+    env = getattr(runner_config, "env", None)
+    if status.get("status") == "starting" and isinstance(env, dict):
+        for key in _DROPPED_ENV:
+            env.pop(key, None)
+
+
+def _scrub_artifacts(pdd: Path) -> None:
+    """Owner-only modes for everything in the runner's folder; and its ``artifacts/*/command``
+    files record the job's environment: mask any secret an operator's environment held
+    (secret-named variables, URL passwords)."""
+    from provisioner.fsutil import write_private
+    from provisioner.redact import redact_mapping
+
+    # ansible-runner writes some artifacts (stderr, fact_cache/) with the umask's default
+    # modes, inside its 0700 folders: narrow them to 0600/0700 too (never widening)
+    for p in pdd.rglob("*"):
+        with contextlib.suppress(OSError):
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            keep = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+            if stat.S_IMODE(st.st_mode) & ~keep:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & keep)
+    for cmd in pdd.glob("artifacts/*/command"):
+        try:
+            doc = json.loads(cmd.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        clean = redact_mapping(doc)
+        if clean != doc:
+            write_private(cmd, json.dumps(clean, ensure_ascii=False))
 
 
 def run_playbook(
@@ -282,13 +337,16 @@ def run_playbook(
     bindir = _ansible_bin_dir()
     if bindir:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    from provisioner.fsutil import private_dir
+
     pdd_tmp = None
     if private_data_dir is None:
-        pdd_tmp = tempfile.mkdtemp(prefix="gdsfleet-runner-")
+        pdd_tmp = tempfile.mkdtemp(prefix="gdsfleet-runner-")  # 0700
         pdd = Path(pdd_tmp)
     else:
-        pdd = Path(private_data_dir)
-        pdd.mkdir(parents=True, exist_ok=True)
+        pdd = private_dir(private_data_dir, narrow=True)  # 0700; an older 0755 one narrowed
+    # ansible-runner makes artifacts/<ident> 0700 but its parent with the umask's default
+    private_dir(pdd / "artifacts", narrow=True)
     collector = EventCollector(hosts, on_host_event, keep_events=keep_events)
     env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
     for key in FORWARDED_ENV:
@@ -296,16 +354,19 @@ def run_playbook(
             env[key] = os.environ[key]
     env.update(envvars or {})
     started = time.monotonic()
+    extravars_file = None
     try:
+        extravars_file = _write_extravars(pdd, extravars or {})
         kwargs: dict[str, Any] = {
             "private_data_dir": str(pdd),
             "playbook": str(playbook) if fqcn else str(Path(playbook).resolve()),
             "inventory": str(Path(inventory).resolve()),
             "limit": ",".join(hosts),
             "forks": max(1, int(forks)),
-            "extravars": dict(extravars or {}),
+            # no "extravars": they are in env/extravars, never on the command line
             "envvars": env,
             "event_handler": collector.handle,
+            "status_handler": _scrub_runner_env,
             "quiet": True,
             "suppress_env_files": True,
             "rotate_artifacts": 5,
@@ -317,8 +378,12 @@ def run_playbook(
         r = ansible_runner.run(**kwargs)
         rc, status = r.rc, str(r.status)
     finally:
+        if extravars_file is not None:
+            extravars_file.unlink(missing_ok=True)
         if pdd_tmp:
             shutil.rmtree(pdd_tmp, ignore_errors=True)
+        else:
+            _scrub_artifacts(pdd)
     duration = time.monotonic() - started
     outcomes = collector.outcomes()
     error = None

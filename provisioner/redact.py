@@ -1,0 +1,364 @@
+"""One place that keeps secrets out of everything the provisioner writes or prints.
+
+A secret reaches the provisioner by a few channels: extra variables (``-e k=v``,
+``--extra-var=k=v``, ``-e @file``, ``-e '{"k": "v"}'``) whose names look secret (password,
+passwd, passphrase, secret, token, credential, ``*_pass``, ``key``/``*_key``), credentials in URLs
+(``scheme://user:PASSWORD@host``, and PostgreSQL's ``?password=`` query parameter) given
+by ``--ledger`` or ``$GDSFLEET_LEDGER``, and private key material in error texts.
+
+* :func:`redact_text` masks all of those in free text (error messages, tracebacks, report
+  fields), and every value registered with :func:`register` (see :func:`register_argv`: the
+  command line and environment are scanned once at start-up, so a secret is masked even where
+  no pattern would recognise it, e.g. quoted back by a database driver's error).
+* :func:`redact_argv` masks a command line, option by option.
+* :func:`redact_mapping` masks a JSON-like document (ledger run arguments, reports): values of
+  secret-named keys become ``<redacted>``, strings go through :func:`redact_text`.
+* :func:`display_url` is a URL or path fit to print.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
+
+REDACTED = "<redacted>"  # a whole value hidden by its name (mappings, extra vars)
+MASK = "***"  # a value hidden inside free text
+
+# the extra-var options of `provisioner rollout` and of ansible-playbook
+EXTRA_VAR_OPTIONS = ("-e", "--extra-var", "--extra-vars")
+
+_STRONG = re.compile(
+    r"pass(?:word|wd|phrase)|secret|token|credential|(?:^|[_\-.])pass$|^pass(?:$|[_\-.])",
+    re.IGNORECASE,
+)
+_KEYISH = re.compile(r"(?:^|[_\-.])(?:api|access|private|secret|ssh|auth|signing|encryption|"
+                     r"client|license)?[_\-.]?key(?:$|[_\-.])|apikey", re.IGNORECASE)
+# a key-ish name that names where a key is, not the key itself
+_KEY_LOCATION = re.compile(r"[_\-.](?:url|path|file|dir|id|name|type|size|server|host|"
+                           r"fingerprint)$", re.IGNORECASE)
+
+_PEM = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.S
+)
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@'\"]*):([^@\s'\"]*)@")
+# a parameter's value ends at the next parameter, a blank, a quote, or punctuation closing
+# the sentence it is quoted in ("...?password=x: read failed")
+_QUERY = re.compile(r"([?&;])([A-Za-z_][A-Za-z0-9_.\-]*)=([^&\s#'\"]*?)"
+                    r"(?=$|[&\s#'\"]|[:,;.)](?:\s|$))")
+_KV_NAME = re.compile(
+    r"(?<![A-Za-z0-9_.\-])([\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1(\s*)([=:])(\s*)"
+)
+_KV_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;&'\"]+")
+
+_VALUES: set[str] = set()
+_VALUES_LOCK = threading.Lock()
+_MIN_REGISTERED = 4  # shorter values would mask ordinary words
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable, option or parameter name that holds a secret."""
+    n = name.strip().strip("\"'").lstrip("-")
+    if not n:
+        return False
+    if _STRONG.search(n):
+        return True
+    return bool(_KEYISH.search(n)) and not _KEY_LOCATION.search(n)
+
+
+def _strongly_secret(name: str) -> bool:
+    return bool(_STRONG.search(name.strip().strip("\"'")))
+
+
+# ------------------------------------------------------------------------------ registry
+def register(value: Any) -> None:
+    """Mask ``value`` (and its URL-encoded forms) wherever :func:`redact_text` sees it."""
+    if not isinstance(value, str) or len(value) < _MIN_REGISTERED:
+        return
+    with _VALUES_LOCK:
+        for v in (value, quote(value, safe=""), quote_plus(value), unquote(value)):
+            if len(v) >= _MIN_REGISTERED:
+                _VALUES.add(v)
+
+
+def registered() -> frozenset[str]:
+    with _VALUES_LOCK:
+        return frozenset(_VALUES)
+
+
+def forget_all() -> None:
+    """Empty the registry (tests)."""
+    with _VALUES_LOCK:
+        _VALUES.clear()
+
+
+def secrets_in_text(text: str) -> list[str]:
+    """The secret values :func:`redact_text` would mask by pattern in ``text``."""
+    found = [m.group(2) for m in _URL_USERINFO.finditer(text)]
+    found += [unquote_plus(m.group(3)) for m in _QUERY.finditer(text) if is_secret_name(m.group(2))]
+    pos = 0
+    while True:
+        m = _KV_NAME.search(text, pos)
+        if not m:
+            break
+        v = _KV_VALUE.match(text, m.end())
+        pos = m.end()
+        if v and _name_hides(m.group(2), m.group(4)):
+            found.append(v.group(0).strip("\"'"))
+            pos = v.end()
+    return [f for f in found if f]
+
+
+def register_mapping(doc: Any) -> None:
+    """Register the values of secret-named keys in a nested mapping (extra-vars files)."""
+    if isinstance(doc, Mapping):
+        for k, v in doc.items():
+            if is_secret_name(str(k)):
+                if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                    register(str(v))
+                else:
+                    register_mapping_values(v)
+            else:
+                register_mapping(v)
+    elif isinstance(doc, (list, tuple)):
+        for item in doc:
+            register_mapping(item)
+    elif isinstance(doc, str):
+        for s in secrets_in_text(doc):
+            register(s)
+
+
+def register_mapping_values(doc: Any) -> None:
+    if isinstance(doc, Mapping):
+        for v in doc.values():
+            register_mapping_values(v)
+    elif isinstance(doc, (list, tuple)):
+        for item in doc:
+            register_mapping_values(item)
+    elif isinstance(doc, (str, int, float)) and not isinstance(doc, bool):
+        register(str(doc))
+
+
+def register_argv(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
+    """Register the secrets of a command line (extra vars, URL passwords, ``--*-password``
+    options) and of the environment (secret-named variables, URL passwords in values)."""
+    for _kind, value in _walk_argv(argv):
+        if value is None:
+            continue
+        for s in secrets_in_text(value):
+            register(s)
+        if _kind == "extra":
+            register_mapping(_parse_extra(value))
+        elif _kind == "secret-option":
+            register(value)
+    for k, v in (environ or {}).items():
+        if is_secret_name(k) and not _KEY_LOCATION.search(k) and not k.endswith("_FILE"):
+            register(v)
+        if "://" in v:
+            for s in secrets_in_text(v):
+                register(s)
+
+
+# ------------------------------------------------------------------------------ text
+def _name_hides(name: str, sep: str) -> bool:
+    # "name: value" is everywhere in messages; only the strong names hide a value after ":"
+    return is_secret_name(name) if sep == "=" else _strongly_secret(name)
+
+
+def redact_known(text: str) -> str:
+    """``text`` with registered values, private keys and URL passwords masked: safe on a
+    serialized document (JSON, XML), whose structure it keeps."""
+    if not text:
+        return text
+    for value in sorted(registered(), key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, MASK)
+    text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    return _QUERY.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if is_secret_name(m.group(2))
+        else m.group(0), text)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with private keys, URL passwords, secret ``name=value`` pairs and registered
+    values masked (messages, log lines, command-line words)."""
+    if not text:
+        return text
+    text = redact_known(text)
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _KV_NAME.search(text, pos)
+        if not m:
+            break
+        v = _KV_VALUE.match(text, m.end())
+        if v and not v.group(0).startswith((MASK, REDACTED)) \
+                and _name_hides(m.group(2), m.group(4)):
+            out.append(text[pos:m.end()] + MASK)
+            pos = v.end()
+        else:
+            out.append(text[pos:m.end()])
+            pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def display_url(url_or_path: str) -> str:
+    """A ledger path or URL fit to print: the password and ``password=`` masked."""
+    return redact_text(str(url_or_path))
+
+
+# ------------------------------------------------------------------------------ argv
+def _parse_extra(value: str) -> Any:
+    """An extra-var argument as ansible reads it: JSON/YAML, or ``k=v k2=v2``; ``@file``
+    is a path (returned as is)."""
+    v = value.strip()
+    if v.startswith("@"):
+        return None
+    if v[:1] in "{[":
+        try:
+            return json.loads(v)
+        except ValueError:
+            try:
+                import yaml
+
+                return yaml.safe_load(v)
+            except Exception:  # noqa: BLE001 - not YAML either: treat as text
+                return v
+    import shlex
+
+    try:
+        words = shlex.split(v)
+    except ValueError:
+        words = v.split()
+    out: dict[str, str] = {}
+    for w in words:
+        k, sep, val = w.partition("=")
+        if sep:
+            out[k] = val
+    return out or v
+
+
+def _redact_extra(value: str) -> str:
+    v = value.strip()
+    if v.startswith("@"):
+        return redact_text(value)  # a file: its path is not a secret
+    doc = _parse_extra(v)
+    if isinstance(doc, (Mapping, list)) and v[:1] in "{[":
+        return json.dumps(redact_mapping(doc), separators=(",", ":"))
+    if isinstance(doc, Mapping):
+        return " ".join(f"{k}={REDACTED}" if is_secret_name(str(k)) else
+                        f"{k}={redact_text(str(x))}" for k, x in doc.items())
+    return redact_text(value)
+
+
+def _walk_argv(argv: Sequence[str]) -> Iterable[tuple[str, str | None]]:
+    """(kind, value) per argument: kind is 'extra', 'secret-option' or 'plain'."""
+    pending: str | None = None
+    for arg in argv:
+        if pending is not None:
+            yield pending, arg
+            pending = None
+            continue
+        if arg in EXTRA_VAR_OPTIONS:
+            pending = "extra"
+            yield "plain", None
+            continue
+        opt, eq, val = arg.partition("=")
+        if eq and opt in EXTRA_VAR_OPTIONS[1:]:
+            yield "extra", val
+            continue
+        if arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
+            yield "extra", arg[2:]
+            continue
+        if arg.startswith("--") and is_secret_name(opt[2:]):
+            if eq:
+                yield "secret-option", val
+            else:
+                pending = "secret-option"
+                yield "plain", None
+            continue
+        yield "plain", arg
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line with every secret masked, option by option."""
+    out: list[str] = []
+    pending: str | None = None
+    for arg in argv:
+        if pending == "extra":
+            out.append(_redact_extra(arg))
+            pending = None
+            continue
+        if pending == "secret-option":
+            out.append(REDACTED)
+            pending = None
+            continue
+        if arg in EXTRA_VAR_OPTIONS:
+            out.append(arg)
+            pending = "extra"
+            continue
+        opt, eq, val = arg.partition("=")
+        if eq and opt in EXTRA_VAR_OPTIONS[1:]:
+            out.append(f"{opt}={_redact_extra(val)}")
+            continue
+        if arg.startswith("-e") and not arg.startswith("--") and len(arg) > 2:
+            out.append("-e" + _redact_extra(arg[2:]))
+            continue
+        if arg.startswith("--") and is_secret_name(opt[2:]):
+            if eq:
+                out.append(f"{opt}={REDACTED}")
+            else:
+                out.append(arg)
+                pending = "secret-option"
+            continue
+        out.append(redact_text(arg))
+    return out
+
+
+# ------------------------------------------------------------------------------ mappings
+def redact_mapping(doc: Any) -> Any:
+    """A copy of a JSON-like document with secret-named values ``<redacted>`` and every
+    string through :func:`redact_text` (``argv``/``extra_var`` lists through
+    :func:`redact_argv` semantics)."""
+    if isinstance(doc, Mapping):
+        out: dict[Any, Any] = {}
+        for k, v in doc.items():
+            if is_secret_name(str(k)) and isinstance(v, (str, Mapping, list)) and v:
+                out[k] = REDACTED  # numbers and flags ("pass": 3) are counts, not secrets
+            elif str(k) in ("extra_var", "extra_vars", "extravars") and isinstance(v, list):
+                out[k] = [_redact_extra(x) if isinstance(x, str) else redact_mapping(x)
+                          for x in v]
+            elif str(k) == "argv" and isinstance(v, list) and all(isinstance(x, str) for x in v):
+                out[k] = redact_argv(v)
+            else:
+                out[k] = redact_mapping(v)
+        return out
+    if isinstance(doc, list):
+        return [redact_mapping(x) for x in doc]
+    if isinstance(doc, tuple):
+        return tuple(redact_mapping(x) for x in doc)
+    if isinstance(doc, str):
+        return redact_text(doc)
+    return doc
+
+
+__all__ = [
+    "MASK",
+    "REDACTED",
+    "display_url",
+    "forget_all",
+    "is_secret_name",
+    "redact_argv",
+    "redact_known",
+    "redact_mapping",
+    "redact_text",
+    "register",
+    "register_argv",
+    "register_mapping",
+    "registered",
+]

@@ -102,3 +102,15 @@ def test_operator_node_without_nvidia_fs_fails_and_names_the_operator_fix() -> N
     assert c.status == "fail"
     assert "gds.enabled" in c.message and "nvidia-fs-ready" in c.message
     assert not compliant
+
+
+def test_io_test_command_puts_the_driver_containers_libraries_first() -> None:
+    from provisioner.verify.model import IoTestOptions
+
+    lp = iotest.operator_library_path("/run/nvidia/driver")
+    assert lp is not None and lp.split(":")[0] == "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    cmd = iotest.command(IoTestOptions(), "/mnt/gds", "/opt/gdsfleet/venv/bin/python", lp)
+    assert cmd.startswith("env LD_LIBRARY_PATH=/run/nvidia/driver/usr/lib/x86_64-linux-gnu:")
+    assert " /opt/gdsfleet/venv/bin/python - " in cmd
+    assert iotest.operator_library_path(None) is None
+    assert iotest.command(IoTestOptions(), "/mnt/gds", "python3").startswith("python3 - ")

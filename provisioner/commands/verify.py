@@ -291,9 +291,11 @@ def run(args: argparse.Namespace) -> int:
                 return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
             wants_nfd = args.nfd or _truthy((getattr(n, "vars", None) or {}).get(
                 "gds_nfd_features"))
-            return verify_one(runner, node_name(n), policy,
-                              io.for_node(getattr(n, "verify_io_size", None)),
-                              nfd_ttl_hours=args.nfd_ttl if wants_nfd else None)
+            node_io = io.for_node(getattr(n, "verify_io_size", None))
+            if wants_nfd:
+                return verify_one(runner, node_name(n), policy, node_io,
+                                  nfd_ttl_hours=args.nfd_ttl)
+            return verify_one(runner, node_name(n), policy, node_io)
 
         run_parallel(
             items,

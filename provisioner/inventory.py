@@ -282,7 +282,7 @@ def load_inventory(
 
 _PLUGINS_READY = False
 # Role variables the provisioner itself reads (the rest are only passed on to Ansible).
-_NEEDED_VARS = ("gds_route", "gds_target", "gds_verify_io_size", "gds_mount")
+_NEEDED_VARS = ("gds_route", "gds_target", "gds_verify_io_size", "gds_mount", "gds_nfd_features")
 
 
 def _init_ansible_plugins() -> None:

@@ -53,6 +53,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="deadline of the I/O test command (default 600)")
     what.add_argument("--no-io-test", action="store_true",
                       help="skip the I/O test (a node then cannot prove the direct path)")
+    what.add_argument("--nfd", action="store_true",
+                      help="write the verified state as a Node Feature Discovery feature file "
+                           "(/etc/kubernetes/node-feature-discovery/features.d/gdsfleet-gds) on "
+                           "every node, so NFD labels it gds.feature.node.kubernetes.io/...; "
+                           "per node also with the inventory variable gds_nfd_features: true")
+    what.add_argument("--nfd-ttl", type=float, default=168.0, metavar="HOURS",
+                      help="hours after which NFD ignores the feature file (# +expiry-time; "
+                           "default 168, 0 = never)")
 
     ssh = p.add_argument_group("SSH")
     ssh.add_argument("--known-hosts", metavar="FILE", action="append", default=[],
@@ -94,6 +102,9 @@ def _validate(args: argparse.Namespace) -> None:
 
     for name in ("connect_timeout", "io_timeout"):  # NaN, inf and <= 0 are refused
         check_seconds(f"--{name.replace('_', '-')}", getattr(args, name))
+    if not (args.nfd_ttl >= 0 and args.nfd_ttl < float("inf")):
+        raise UsageError(f"--nfd-ttl must be 0 (never expire) or a number of hours "
+                         f"(got {args.nfd_ttl})")
     if args.ledger and args.no_ledger:
         raise UsageError("--ledger and --no-ledger exclude each other")
     if args.json == "-" and not args.quiet:
@@ -145,8 +156,10 @@ def _unreachable(name: str, started: str, t0: float, error: str, *, internal: bo
     return dict(doc)
 
 
-def verify_one(runner: Any, name: str, policy: Any, io: Any) -> dict[str, Any]:
-    """Verify one node through ``runner``; never raises for the node's own failures."""
+def verify_one(runner: Any, name: str, policy: Any, io: Any, *,
+               nfd_ttl_hours: float | None = None) -> dict[str, Any]:
+    """Verify one node through ``runner``; never raises for the node's own failures.
+    ``nfd_ttl_hours`` not None: also write the node's NFD feature file (0 = no expiry)."""
     from provisioner.verify import verify_node
 
     started, t0 = utcnow(), time.monotonic()
@@ -155,7 +168,12 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any) -> dict[str, Any]:
         if connect is not None:
             connect()
         report = verify_node(runner, name, policy, io)
-        return dict(report.to_dict())
+        doc = dict(report.to_dict())
+        if nfd_ttl_hours is not None and report.reachable:
+            from provisioner.verify import nfd
+
+            doc["nfd"] = nfd.publish(runner, doc, ttl_hours=nfd_ttl_hours)
+        return doc
     except ConnectError as exc:
         return _unreachable(name, started, t0, str(exc))
     except Exception as exc:  # a bug: keep the other nodes going; traceback to the debug log
@@ -169,6 +187,13 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any) -> dict[str, Any]:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
+
+
+def _truthy(value: Any) -> bool:
+    """An inventory boolean (YAML true, or the strings Ansible reads as true)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -252,6 +277,10 @@ def run(args: argparse.Namespace) -> int:
                 why = f" ({', '.join(fails) or doc.get('error') or ''})"
             sys.stderr.write(f"[{done}/{len(items)}] {res.name}: {word}{why}\n")
             sys.stderr.flush()
+        feat = doc.get("nfd")
+        if isinstance(feat, dict) and not feat.get("written"):  # even with -q: never silent
+            sys.stderr.write(f"{res.name}: NFD feature file {feat.get('path')} NOT written: "
+                             f"{feat.get('error')}\n")
 
     status = "interrupted"
     try:
@@ -260,8 +289,13 @@ def run(args: argparse.Namespace) -> int:
                 runner = make(n)
             except ConnectError as exc:
                 return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
-            return verify_one(runner, node_name(n), policy,
-                              io.for_node(getattr(n, "verify_io_size", None)))
+            wants_nfd = args.nfd or _truthy((getattr(n, "vars", None) or {}).get(
+                "gds_nfd_features"))
+            node_io = io.for_node(getattr(n, "verify_io_size", None))
+            if wants_nfd:
+                return verify_one(runner, node_name(n), policy, node_io,
+                                  nfd_ttl_hours=args.nfd_ttl)
+            return verify_one(runner, node_name(n), policy, node_io)
 
         run_parallel(
             items,

@@ -27,6 +27,10 @@ GDSCHECK_TIMEOUT = 120.0
 MAX_TEXT = 512 * 1024
 # Written by the role gdsfleet.gds.verify_runtime: which interpreter has kvikio and cupy.
 VERIFY_RUNTIME_FACT = "/etc/ansible/facts.d/gdsfleet_verify_runtime.fact"
+# What the NVIDIA GPU Operator leaves on a host: its driver container's root and the
+# validator's status files (driver-ready, nvidia-fs-ready, ...).
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+OPERATOR_VALIDATIONS = "/run/nvidia/validations"
 
 KALLSYMS_WANTED = (
     "nvme_v1_register_nvfs_dma_ops",
@@ -347,6 +351,8 @@ def gather() -> dict:
     items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
     items["libcufile"] = find_libcufile()
     items["modprobe_options"] = modprobe_options()
+    items["operator_driver_root"] = listdir(OPERATOR_DRIVER_ROOT)
+    items["operator_validations"] = listdir(OPERATOR_VALIDATIONS)
     gdscheck = find_gdscheck()
     if gdscheck is None:
         items["gdscheck"] = {"kind": "cmd", "rc": None, "out": "", "err": "not found"}

@@ -145,6 +145,13 @@ class SshVerifier:
         for_node = getattr(io, "for_node", None)  # the inventory's gds_verify_io_size
         if for_node is not None:
             io = for_node(getattr(node, "verify_io_size", None))
+        from provisioner.commands.verify import _truthy
+        from provisioner.verify.nfd import DEFAULT_TTL_HOURS
+
+        # the inventory's gds_nfd_features: the rollout's verification also labels the node
+        nfd = _truthy((getattr(node, "vars", None) or {}).get("gds_nfd_features"))
+        if nfd:
+            return verify_one(runner, node.name, self.policy, io, nfd_ttl_hours=DEFAULT_TTL_HOURS)
         return verify_one(runner, node.name, self.policy, io)
 
     def verify(

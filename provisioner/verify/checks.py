@@ -146,10 +146,19 @@ class _Checks:
         self.route = route
         self.target = _target_route(route, policy)
         self.io_path = io_path
+        op = facts.get("operator") or {}
+        # The NVIDIA GPU Operator's driver container brings the driver, nvidia-fs and CUDA:
+        # host-package and host-DKMS checks do not apply (they skip and say so).
+        self.operator = bool(op.get("managed"))
+        self.operator_evidence = str(op.get("evidence") or "")
         self.out: list[CheckResult] = []
 
     def add(self, cid: str, status: str, expected: str, observed: str, message: str) -> None:
         self.out.append(CheckResult(cid, status, expected, observed, message))
+
+    def operator_skip(self, cid: str, expected: str, why: str) -> None:
+        self.add(cid, SKIP, expected, f"operator-managed ({self.operator_evidence})",
+                 f"operator-managed node: {why}")
 
     # -- GPU and driver -------------------------------------------------------------------
     def gpu(self) -> None:
@@ -222,7 +231,14 @@ class _Checks:
             return
         if n.get("loaded"):
             self.add("nvfs.module.loaded", PASS, "nvidia_fs loaded", "loaded",
-                     "nvidia_fs is loaded (/sys/module/nvidia_fs).")
+                     "nvidia_fs is loaded (/sys/module/nvidia_fs)" + (
+                         ", by the GPU Operator's driver container." if self.operator else "."))
+        elif self.operator:
+            self.add("nvfs.module.loaded", FAIL, "nvidia_fs loaded", "not loaded",
+                     "operator-managed node without nvidia_fs: enable GDS in the GPU Operator "
+                     "(gds.enabled, the gdsfleet.gds.gpu_operator playbook does) and read the "
+                     "nvidia-fs-ctr container of the node's nvidia-driver-daemonset pod "
+                     "(/run/nvidia/validations/nvidia-fs-ready appears once it is loaded).")
         else:
             installed = n.get("installed_version")
             hint = (f"nvidia-fs {installed} is installed but not loaded: run `modprobe nvidia_fs` "
@@ -250,7 +266,11 @@ class _Checks:
                      "compat mode. Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
                      "rebuild the initramfs and reboot; or switch the node to the p2pdma route.")
         persist = n.get("persist_file")
-        if persist is not None and "nvidia_fs" in persist.split():
+        if self.operator:
+            self.operator_skip("nvfs.persist", "nvidia_fs in /etc/modules-load.d",
+                               "the GPU Operator's driver container loads nvidia_fs at every "
+                               "boot; no modules-load.d entry on the host.")
+        elif persist is not None and "nvidia_fs" in persist.split():
             self.add("nvfs.persist", PASS, "nvidia_fs in /etc/modules-load.d", "present",
                      "nvidia_fs loads at boot.")
         else:
@@ -260,7 +280,11 @@ class _Checks:
                      "/etc/modules-load.d/nvidia_fs.conf (the nvidia_fs role does).")
         dk = self.f.get("dkms") or {}
         release = (self.f.get("kernel") or {}).get("release")
-        if not dk.get("available"):
+        if self.operator:
+            self.operator_skip("nvfs.dkms", f"nvidia-fs built for {release}",
+                               "nvidia-fs is built in the GPU Operator's driver container for "
+                               "the running kernel, not by host DKMS.")
+        elif not dk.get("available"):
             self.add("nvfs.dkms", SKIP, "nvidia-fs built for the running kernel", "no dkms",
                      "Skipped: dkms is not installed (nvidia-fs may come from a kmod package).")
         else:
@@ -302,6 +326,11 @@ class _Checks:
         mods = dk.get("modules") or []
         nvfs = [m for m in mods if m.get("module") == "nvidia-fs"]
         kernel = boot.get("default")
+        if self.operator:
+            self.operator_skip(cid, expected, "the GPU Operator's driver container builds "
+                               "nvidia-fs for whichever kernel boots; there is no host DKMS "
+                               "build to check.")
+            return
         if not kernel:
             self.add(cid, SKIP, expected, "boot kernel unknown",
                      "Skipped: cannot tell which kernel boots next (no /boot/vmlinuz-*, no "
@@ -519,6 +548,11 @@ class _Checks:
             where = ", ".join(sorted(pk.get("libcufile") or {})) or ", ".join(lib.get("paths", []))
             self.add("libcufile.present", PASS, "libcufile installed", where,
                      "libcufile is installed.")
+        elif self.operator:
+            self.operator_skip("libcufile.present", "libcufile installed",
+                               "no host CUDA: libcufile comes with the workload's CUDA container "
+                               "image (and with the verification runtime's kvikio for the I/O "
+                               "test).")
         else:
             self.add("libcufile.present", FAIL, "libcufile installed", "not found",
                      "Install libcufile-X-Y from the CUDA repository (gdsfleet.gds.cuda role).")
@@ -532,6 +566,10 @@ class _Checks:
             names = sorted({**(pk.get("nvidia_gds") or {}), **(pk.get("gds_tools") or {})}.items())
             self.add("packages.gds", PASS, "CUDA repository GDS packages",
                      ", ".join(f"{k}={v}" for k, v in names), "GDS packages are installed.")
+        elif self.operator:
+            self.operator_skip("packages.gds", "CUDA repository GDS packages",
+                               "the GPU Operator brings nvidia-fs and the workloads bring CUDA "
+                               "and cuFile; no host GDS packages are expected.")
         elif pk.get("manager"):
             self.add("packages.gds", WARN, "CUDA repository GDS packages", "none found",
                      "No nvidia-gds-X-Y / gds-tools-X-Y package is installed: run the "
@@ -593,7 +631,12 @@ class _Checks:
     def gdscheck(self) -> None:
         gc = self.f.get("gdscheck") or {}
         parsed = gc.get("parsed")
-        if not gc.get("found"):
+        if not gc.get("found") and self.operator:
+            self.operator_skip("gdscheck.present", "gdscheck installed",
+                               "no host CUDA, so no host gdscheck (it ships in CUDA container "
+                               "images); the route comes from nvidia_fs and the kernel symbols, "
+                               "the proof from the I/O test.")
+        elif not gc.get("found"):
             self.add("gdscheck.present", WARN, "gdscheck installed", "not found",
                      "Install gds-tools-X-Y (gdscheck lives in /usr/local/cuda/gds/tools/).")
         elif parsed is None:

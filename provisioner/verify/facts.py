@@ -216,7 +216,49 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
     facts["reboot"] = {"required": _ok(rb), "reasons": reasons}
     facts["verify_runtime"] = verify_runtime_facts(_item(doc, "verify_runtime"))
     facts.update(_module_options_facts(doc))
+    facts["operator"] = operator_facts(doc, facts)
     return facts
+
+
+def _listing(item: dict[str, Any]) -> list[str] | None:
+    if not _ok(item):
+        return None
+    return [n for n in str(item.get("out") or "").splitlines() if n]
+
+
+def operator_facts(doc: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """Whether the NVIDIA GPU Operator manages this node's driver and nvidia-fs (pure).
+
+    Managed when the operator left its marks on the host (its driver container's root at
+    /run/nvidia/driver is populated, or its validator wrote /run/nvidia/validations) and the
+    host has no nvidia-fs package and no DKMS nvidia-fs: the driver container built and loaded
+    the module, which is still visible in the host's /proc and /sys."""
+    root_item = _item(doc, "operator_driver_root")
+    root = _listing(root_item)
+    validations = _listing(_item(doc, "operator_validations"))
+    host_pkgs = sorted((facts.get("packages") or {}).get("nvidia_fs") or {})
+    dkms_nvfs = [m for m in (facts.get("dkms") or {}).get("modules") or []
+                 if m.get("module") == "nvidia-fs"]
+    marks = []
+    if root:
+        marks.append(f"{root_item.get('path')} populated")
+    if validations is not None:
+        marks.append("/run/nvidia/validations: " + (", ".join(validations) or "empty"))
+    host = []
+    if host_pkgs:
+        host.append("host packages " + ", ".join(host_pkgs))
+    if dkms_nvfs:
+        host.append("DKMS nvidia-fs")
+    managed = bool(marks) and not host
+    return {
+        "managed": managed,
+        "driver_root": root_item.get("path") if root else None,
+        "validations": validations,
+        "nvfs_ready": validations is not None and "nvidia-fs-ready" in validations,
+        "driver_ready": validations is not None and "driver-ready" in validations,
+        "host_nvfs": host,
+        "evidence": "; ".join(marks + host) or "no GPU Operator marks",
+    }
 
 
 def _module_options_facts(doc: dict[str, Any]) -> dict[str, Any]:

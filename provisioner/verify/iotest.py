@@ -106,7 +106,17 @@ def runtime_missing_reason(interp: Interpreter, detail: str) -> str:
             f"site.yml, or that role, on this node")
 
 
-def command(options: IoTestOptions, path: str, python: str = FALLBACK_PYTHON) -> str:
+def operator_library_path(driver_root: str | None) -> str | None:
+    """LD_LIBRARY_PATH for the I/O test on a GPU Operator node: the host has no libcuda of its
+    own, the operator's driver container keeps it under its root (/run/nvidia/driver)."""
+    if not driver_root:
+        return None
+    return ":".join(f"{driver_root}/{d}" for d in ("usr/lib/x86_64-linux-gnu",
+                                                   "usr/lib/aarch64-linux-gnu", "usr/lib64"))
+
+
+def command(options: IoTestOptions, path: str, python: str = FALLBACK_PYTHON,
+            library_path: str | None = None) -> str:
     args = {
         "path": path,
         "size_bytes": options.aligned_size(),
@@ -117,12 +127,14 @@ def command(options: IoTestOptions, path: str, python: str = FALLBACK_PYTHON) ->
         "gds_threshold": GDS_THRESHOLD_BYTES,
         "cufile_log": True,
     }
-    return shlex.quote(python) + " - " + shlex.quote(json.dumps(args, sort_keys=True))
+    prefix = f"env LD_LIBRARY_PATH={shlex.quote(library_path)} " if library_path else ""
+    return prefix + shlex.quote(python) + " - " + shlex.quote(json.dumps(args, sort_keys=True))
 
 
 def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
                 route: str | None = None,
-                runtime: dict[str, Any] | None = None) -> tuple[IoTestResult, str]:
+                runtime: dict[str, Any] | None = None,
+                library_path: str | None = None) -> tuple[IoTestResult, str]:
     """Run the remote script with the verification runtime's interpreter (``runtime``: the
     gather's ``verify_runtime`` facts; see :func:`choose_interpreter`); return the evaluated
     result and the raw output. Node-side failures become a ``failed``/``skipped`` result;
@@ -132,7 +144,7 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
     timeout = options.timeout_s * attempts + _SLACK_S
     interp = choose_interpreter(runtime)
     # ConnectError (transport) propagates to verify_node's caller.
-    res = runner.run(command(options, path, interp.python), timeout=timeout,
+    res = runner.run(command(options, path, interp.python, library_path), timeout=timeout,
                      stdin=load_script(SCRIPT))
     raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
     doc = _last_json(res.stdout)

@@ -121,8 +121,11 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
             io_result = IoTestResult(path_taken=PATH_SKIPPED, reason="I/O test disabled",
                                      path=io_path)
         else:
-            io_result, io_raw = iotest.run_io_test(runner, io_opts, io_path, route=route,
-                                                   runtime=facts.get("verify_runtime"))
+            op = facts.get("operator") or {}
+            io_result, io_raw = iotest.run_io_test(
+                runner, io_opts, io_path, route=route, runtime=facts.get("verify_runtime"),
+                library_path=iotest.operator_library_path(
+                    op.get("driver_root") if op.get("managed") else None))
             raw["io_test"] = io_raw[-20000:]
         route, check_list, compliant = checks_mod.evaluate(
             facts, io_result, policy, route=route, io_path=io_path)

@@ -48,7 +48,7 @@ LAB_PREFIX = "gdsfleet-lab"
 LAB_PORT_BASE = 2200
 LOOP_SIZE = "512M"
 LABEL = "gdsfleet.harness"
-PROFILES = ("nvfs", "p2pdma", "proprietary", "nogpu", "dkmsfail", "iommu")
+PROFILES = ("nvfs", "p2pdma", "proprietary", "nogpu", "dkmsfail", "iommu", "operator")
 
 
 class LabError(RuntimeError):

@@ -42,6 +42,8 @@ DEFAULTS = {
     "SIM_KVIKIO": "1",
     "SIM_DRIVER_SOURCES": "1",
     "SIM_DISTRO_KERNEL": "1",
+    "SIM_OPERATOR": "0",
+    "SIM_OPERATOR_NVFS_VERSION": "2.25.7",
 }
 ALLOWED = {
     "SIM_GPU_DRIVER": {"open", "proprietary", "none"},
@@ -53,6 +55,7 @@ ALLOWED = {
     "SIM_KVIKIO": {"0", "1"},
     "SIM_DRIVER_SOURCES": {"0", "1"},
     "SIM_DISTRO_KERNEL": {"0", "1"},
+    "SIM_OPERATOR": {"0", "1"},
 }
 GPU_BDFS = ["0000:41:00.0", "0000:61:00.0", "0000:a1:00.0", "0000:c1:00.0",
             "0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:e1:00.0"]
@@ -963,3 +966,45 @@ def driver_sources_setup() -> None:
     for path in glob.glob(DRIVER_SOURCES_GLOB):
         if path != keep:
             subprocess.run(["rm", "-rf", path], check=False)
+
+
+# ----------------------------------------------------------------------------- GPU Operator
+# SIM_OPERATOR=1: the node's driver and nvidia-fs come from the NVIDIA GPU Operator's driver
+# container, as a Kubernetes node with gds.enabled leaves the host: the driver container's root
+# mounted at /run/nvidia/driver (the chart's hostPaths.driverInstallDir), the validator's status
+# files in /run/nvidia/validations (cmd/nvidia-validator of NVIDIA/gpu-operator), the modules
+# loaded (so /proc/driver/nvidia-fs and /sys/module/nvidia_fs are visible on the host) but no
+# host package, no DKMS tree, no modinfo-visible .ko and no nvidia-smi on the host's PATH.
+OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
+OPERATOR_VALIDATIONS = "/run/nvidia/validations"
+OPERATOR_READY_FILES = ("driver-ready", "toolkit-ready", "cuda-ready", "plugin-ready",
+                        "nvidia-fs-ready")
+
+
+def operator_managed() -> bool:
+    return profile().get("SIM_OPERATOR", "0") == "1"
+
+
+def operator_setup() -> None:
+    """What the GPU Operator's driver DaemonSet (with GDS enabled) leaves on the host at each
+    boot; called by gdsfleet-sim-init after the boot modules."""
+    if not operator_managed() or gpu_driver() == "none":
+        return
+    root = OPERATOR_DRIVER_ROOT
+    for d in ("usr/bin", "usr/lib/x86_64-linux-gnu", f"lib/modules/{kernel()}/kernel/drivers"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    smi = "/usr/local/bin/nvidia-smi"
+    if os.path.exists(smi):
+        # nvidia-smi lives in the driver container's root only (`chroot /run/nvidia/driver ...`)
+        subprocess.run(["mv", "-f", smi, os.path.join(root, "usr/bin/nvidia-smi")], check=False)
+    with open(os.path.join(root, "usr/lib/x86_64-linux-gnu/libcuda.so." + driver_version()),
+              "w") as fh:
+        fh.write("TEST STAND-IN: the driver container's libcuda (simulated)\n")
+    version = profile().get("SIM_OPERATOR_NVFS_VERSION") or "2.25.7"
+    with locked():
+        _mkmod("nvidia_fs", version, dict(NVFS_PARAMS))
+        _nvfs_proc_create(version)
+    os.makedirs(OPERATOR_VALIDATIONS, exist_ok=True)
+    for name in OPERATOR_READY_FILES:
+        with open(os.path.join(OPERATOR_VALIDATIONS, name), "w") as fh:
+            fh.write("")

@@ -1,0 +1,116 @@
+"""Checks on a node whose driver and nvidia-fs come from the NVIDIA GPU Operator, over SYNTHETIC
+gather documents (tests/unit/nodefacts.py, changed the way such a host looks: the module loaded
+and visible in /proc and /sys, /run/nvidia/driver and /run/nvidia/validations present, no host
+nvidia-fs/CUDA package, no DKMS, no gdscheck, no modinfo-visible .ko, no nvidia-smi)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.verify import checks, iotest
+from provisioner.verify.facts import build_facts
+from provisioner.verify.model import CheckResult
+from provisioner.verify.policy import Policy
+from tests.unit import nodefacts as nf
+
+HOST_ONLY = ("nvfs.persist", "nvfs.dkms", "nvfs.dkms.boot_kernel", "libcufile.present",
+             "packages.gds", "gdscheck.present")
+
+
+def operator_doc(*, validations: str | None = "driver-ready\nnvidia-fs-ready\ntoolkit-ready",
+                 driver_root: str | None = "lib\nusr", host_packages: str | None = None,
+                 dkms: str = "", nvfs_loaded: bool = True) -> dict[str, Any]:
+    doc = nf.gather_doc(route="nvfs", nvfs_loaded=nvfs_loaded, packages=host_packages or (
+        "doca-ofed\t3.1.0-1\tii \nmlnx-nvme-dkms\t25.07-1\tii \n"))
+    it = doc["items"]
+    missing = {"rc": None, "out": "", "err": "missing"}
+    not_found = {"rc": None, "out": "", "err": "not found"}
+    it["nvfs_modules_load"] = missing
+    it["modinfo_nvfs_version"] = {"rc": 1, "out": "", "err": "modinfo: ERROR: Module nvidia_fs "
+                                  "not found."}
+    it["modinfo_license"] = {"rc": 1, "out": "", "err": "modinfo: ERROR: Module nvidia not found."}
+    it["nvidia_smi_L"] = not_found
+    it["nvidia_smi_query"] = not_found
+    it["nvidia_gpus_information"] = {"rc": 0, "err": "", "out": (
+        "# /proc/driver/nvidia/gpus/0000:41:00.0/information\nModel: \t\t NVIDIA H100 80GB HBM3\n"
+        "Bus Location: \t 0000:41:00.0\n")}
+    it["dkms_status"] = {"rc": 0, "out": dkms, "err": ""} if dkms else not_found
+    it["gdscheck"] = {"kind": "cmd", "rc": None, "out": "", "err": "not found"}
+    it["libcufile"] = {"rc": None, "out": "", "err": "not found"}
+    it["operator_driver_root"] = ({"rc": 0, "out": driver_root, "err": "",
+                                   "path": "/run/nvidia/driver"} if driver_root is not None
+                                  else dict(missing, path="/run/nvidia/driver"))
+    it["operator_validations"] = ({"rc": 0, "out": validations, "err": "",
+                                   "path": "/run/nvidia/validations"} if validations is not None
+                                  else dict(missing, path="/run/nvidia/validations"))
+    return doc
+
+
+def evaluate(doc: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, CheckResult], bool]:
+    facts = build_facts(doc)
+    route = checks.determine_route(facts)
+    io = iotest.evaluate(nf.direct_nvfs_io(), route=route)
+    route, results, compliant = checks.evaluate(facts, io, Policy.default(), route=route,
+                                                io_path="/mnt/gds")
+    return facts, route, {c.id: c for c in results}, compliant
+
+
+def test_operator_node_skips_host_checks_says_why_and_is_compliant_on_io_proof() -> None:
+    facts, route, by_id, compliant = evaluate(operator_doc())
+    assert facts["operator"]["managed"] is True
+    assert facts["operator"]["nvfs_ready"] is True
+    assert route == "nvfs"  # from nvidia_fs + the patched nvme symbol, no gdscheck needed
+    for cid in HOST_ONLY:
+        assert by_id[cid].status == "skip", (cid, by_id[cid])
+        assert by_id[cid].message.startswith("operator-managed node: "), by_id[cid].message
+    # what still applies is still judged
+    for cid in ("gpu.driver.loaded", "gpu.driver.open", "gpu.present", "nvfs.module.loaded",
+                "nvfs.version", "nvfs.nvme.patched", "cufile.json.valid", "route.expected"):
+        assert by_id[cid].status == "pass", (cid, by_id[cid])
+    assert "GPU Operator" in by_id["nvfs.module.loaded"].message
+    assert compliant
+
+
+def test_same_host_without_operator_marks_is_judged_as_a_host_install() -> None:
+    _, _, by_id, compliant = evaluate(operator_doc(validations=None, driver_root=None))
+    assert by_id["libcufile.present"].status == "fail"
+    assert by_id["nvfs.persist"].status == "warn"
+    assert by_id["gdscheck.present"].status == "warn"
+    assert not compliant
+
+
+def test_empty_driver_root_alone_is_no_operator_mark() -> None:
+    facts, _, _, _ = evaluate(operator_doc(validations=None, driver_root=""))
+    assert facts["operator"]["managed"] is False
+
+
+def test_host_nvidia_fs_package_or_dkms_means_not_operator_managed() -> None:
+    pkgs = "nvidia-fs-dkms\t2.25.7-1\tii \ndoca-ofed\t3.1.0-1\tii \n"
+    facts, _, by_id, _ = evaluate(operator_doc(host_packages=pkgs))
+    assert facts["operator"]["managed"] is False
+    assert "host packages nvidia-fs-dkms" in facts["operator"]["evidence"]
+    assert by_id["nvfs.persist"].status == "warn"
+    facts, _, _, _ = evaluate(operator_doc(
+        dkms=f"nvidia-fs/2.25.7, {nf.KERNEL}, x86_64: installed\n"))
+    assert facts["operator"]["managed"] is False
+
+
+def test_operator_node_without_nvidia_fs_fails_and_names_the_operator_fix() -> None:
+    _, route, by_id, compliant = evaluate(operator_doc(
+        nvfs_loaded=False, validations="driver-ready\ntoolkit-ready"))
+    c = by_id["nvfs.module.loaded"]
+    assert c.status == "fail"
+    assert "gds.enabled" in c.message and "nvidia-fs-ready" in c.message
+    assert not compliant
+
+
+def test_io_test_command_puts_the_driver_containers_libraries_first() -> None:
+    from provisioner.verify.model import IoTestOptions
+
+    lp = iotest.operator_library_path("/run/nvidia/driver")
+    assert lp is not None and lp.split(":")[0] == "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    cmd = iotest.command(IoTestOptions(), "/mnt/gds", "/opt/gdsfleet/venv/bin/python", lp)
+    assert cmd.startswith("env LD_LIBRARY_PATH=/run/nvidia/driver/usr/lib/x86_64-linux-gnu:")
+    assert " /opt/gdsfleet/venv/bin/python - " in cmd
+    assert iotest.operator_library_path(None) is None
+    assert iotest.command(IoTestOptions(), "/mnt/gds", "python3").startswith("python3 - ")

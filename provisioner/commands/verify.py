@@ -62,6 +62,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="hours after which NFD ignores the feature file (# +expiry-time; "
                            "default 168, 0 = never)")
 
+    bench = p.add_argument_group("gdsio benchmark (NVIDIA gds-tools)")
+    bench.add_argument("--gdsio", action="store_true",
+                       help="also run gdsio on the GDS mount: GPU Direct (-x 0) and CPU-only "
+                            "(-x 1) on the same file; report both and their ratio (check "
+                            "gdsio.ratio, floor: policy gdsio_min_ratio)")
+    bench.add_argument("--gdsio-size", metavar="SIZE",
+                       help="gdsio file size (default: the node's I/O test size, at most 128M)")
+    bench.add_argument("--gdsio-io-size", metavar="SIZE", default="1M",
+                       help="gdsio I/O size, -i (default 1M)")
+    bench.add_argument("--gdsio-workers", type=int, default=4, metavar="N",
+                       help="gdsio workers, -w (default 4)")
+    bench.add_argument("--gdsio-io-type", choices=("write", "read"), default="write",
+                       help="gdsio I/O type, -I 1 (write) or -I 0 (read) (default write)")
+
     ssh = p.add_argument_group("SSH")
     ssh.add_argument("--known-hosts", metavar="FILE", action="append", default=[],
                      help="extra known_hosts file (checked first; repeatable)")
@@ -137,7 +151,40 @@ def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
     }
     if getattr(policy, "gds_mount", None):
         kwargs["default_path"] = policy.gds_mount
+    gdsio = _gdsio_options(args)
+    if gdsio is not None:
+        kwargs["gdsio"] = gdsio
     return policy, IoTestOptions(**kwargs)
+
+
+def _gdsio_options(args: argparse.Namespace) -> Any:
+    """--gdsio and its options -> GdsioOptions (None without --gdsio); bad values are refused
+    with the fix named."""
+    given = [f"--gdsio-{n.replace('_', '-')}" for n in ("size",)
+             if getattr(args, f"gdsio_{n}", None)]
+    if not getattr(args, "gdsio", False):
+        if given:
+            raise UsageError(f"{given[0]} sets up the gdsio benchmark: add --gdsio")
+        return None
+    from provisioner.validate import check_io_size
+    from provisioner.verify.model import GdsioOptions
+    from provisioner.verify.policy import parse_size
+
+    size = check_io_size("--gdsio-size", args.gdsio_size) if args.gdsio_size else None
+    try:
+        io_size = parse_size(args.gdsio_io_size)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--gdsio-io-size {args.gdsio_io_size!r}: {exc}") from None
+    if io_size < 4096 or io_size % 4096:
+        raise UsageError(f"--gdsio-io-size {args.gdsio_io_size!r}: must be a multiple of 4 KiB "
+                         "(GDS alignment), e.g. 1M")
+    if size is not None and io_size > size:
+        raise UsageError(f"--gdsio-io-size {args.gdsio_io_size!r} is larger than --gdsio-size "
+                         f"{args.gdsio_size!r}: pick an I/O size no larger than the file")
+    if not 1 <= args.gdsio_workers <= 256:
+        raise UsageError(f"--gdsio-workers must be 1 to 256 (got {args.gdsio_workers})")
+    return GdsioOptions(io_type=args.gdsio_io_type, size_bytes=size, io_size_bytes=io_size,
+                        workers=args.gdsio_workers, timeout_s=args.io_timeout)
 
 
 def _unreachable(name: str, started: str, t0: float, error: str, *, internal: bool = False

@@ -96,6 +96,24 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class GdsioOptions:
+    """How ``verify --gdsio`` runs NVIDIA's gdsio: one file on the node's GDS mount, the same
+    size, I/O size and workers for the GPU Direct run (``-x 0``) and the CPU-only baseline
+    (``-x 1``). ``size_bytes`` None: the node's I/O test size, at most
+    :data:`GDSIO_DEFAULT_SIZE`."""
+
+    io_type: str = "write"  # write | read (gdsio -I 1 | -I 0)
+    size_bytes: int | None = None
+    io_size_bytes: int = 1 << 20
+    workers: int = 4
+    gpu_index: int = 0
+    timeout_s: float = 300.0
+
+
+GDSIO_DEFAULT_SIZE = 128 << 20
+
+
+@dataclass(frozen=True)
 class IoTestOptions:
     """How the kvikio I/O test runs on a node.
 
@@ -114,6 +132,8 @@ class IoTestOptions:
     # True when the size came from --io-size (or the inventory's gds_verify_io_size): the
     # policy's io_test_size then never replaces it.
     size_explicit: bool = False
+    # verify --gdsio: run NVIDIA's gdsio too (None: not asked for).
+    gdsio: GdsioOptions | None = None
 
     def for_node(self, node_size: int | None) -> IoTestOptions:
         """These options for a node whose inventory sets ``gds_verify_io_size``: an explicit
@@ -186,6 +206,67 @@ class IoTestResult:
 
 
 @dataclass(frozen=True)
+class GdsioRun:
+    """One gdsio pass: ``transfer`` gds (``-x 0``, GPU Direct) or cpu (``-x 1``, CPU only)."""
+
+    transfer: str
+    xfer_type: int
+    throughput_gibps: float
+    avg_latency_us: float
+    ops: int
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"transfer": self.transfer, "xfer_type": self.xfer_type,
+                "throughput_gibps": self.throughput_gibps, "avg_latency_us": self.avg_latency_us,
+                "ops": self.ops, "duration_s": self.duration_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GdsioRun:
+        return cls(transfer=str(data.get("transfer", "")), xfer_type=int(data.get("xfer_type", 0)),
+                   throughput_gibps=float(data.get("throughput_gibps") or 0.0),
+                   avg_latency_us=float(data.get("avg_latency_us") or 0.0),
+                   ops=int(data.get("ops") or 0), duration_s=float(data.get("duration_s") or 0.0))
+
+
+@dataclass(frozen=True)
+class GdsioResult:
+    """``verify --gdsio``: both gdsio runs on the same file and their throughput ratio
+    (GPU Direct / CPU only); ``min_ratio`` is the policy's floor (``gdsio_min_ratio``)."""
+
+    io_type: str
+    file: str
+    file_size_bytes: int
+    io_size_bytes: int
+    workers: int
+    runs: tuple[GdsioRun, ...] = ()
+    ratio: float | None = None
+    min_ratio: float | None = None
+
+    def run(self, transfer: str) -> GdsioRun | None:
+        return next((r for r in self.runs if r.transfer == transfer), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"io_type": self.io_type, "file": self.file,
+                "file_size_bytes": self.file_size_bytes, "io_size_bytes": self.io_size_bytes,
+                "workers": self.workers, "runs": [r.to_dict() for r in self.runs],
+                "ratio": self.ratio, "min_ratio": self.min_ratio}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> GdsioResult | None:
+        if not data:
+            return None
+        ratio, floor = data.get("ratio"), data.get("min_ratio")
+        return cls(io_type=str(data.get("io_type", "")), file=str(data.get("file", "")),
+                   file_size_bytes=int(data.get("file_size_bytes") or 0),
+                   io_size_bytes=int(data.get("io_size_bytes") or 0),
+                   workers=int(data.get("workers") or 0),
+                   runs=tuple(GdsioRun.from_dict(r) for r in data.get("runs") or ()),
+                   ratio=float(ratio) if ratio is not None else None,
+                   min_ratio=float(floor) if floor is not None else None)
+
+
+@dataclass(frozen=True)
 class NodeReport:
     """Everything one verification of one node found (the JSON report's node object)."""
 
@@ -200,6 +281,7 @@ class NodeReport:
     error: str | None = None
     started_at: str = ""
     duration_s: float = 0.0
+    gdsio: GdsioResult | None = None  # verify --gdsio; None when it did not run
 
     def check(self, check_id: str) -> CheckResult | None:
         for c in self.checks:
@@ -229,6 +311,7 @@ class NodeReport:
             "summary": self.summary(),
             "checks": [c.to_dict() for c in self.checks],
             "io_test": self.io_test.to_dict(),
+            "gdsio": self.gdsio.to_dict() if self.gdsio is not None else None,
             "facts": self.facts,
             "raw": dict(self.raw),
         }
@@ -247,4 +330,5 @@ class NodeReport:
             error=data.get("error"),
             started_at=str(data.get("started_at", "")),
             duration_s=float(data.get("duration_s") or 0.0),
+            gdsio=GdsioResult.from_dict(data.get("gdsio")),
         )

@@ -12,6 +12,7 @@ from typing import Any
 from provisioner.errors import ConnectError
 from provisioner.remote import load_script
 from provisioner.verify import checks as checks_mod
+from provisioner.verify import gdsio as gdsio_mod
 from provisioner.verify import iotest
 from provisioner.verify.facts import build_facts, raw_outputs
 from provisioner.verify.model import (
@@ -21,6 +22,7 @@ from provisioner.verify.model import (
     PATH_SKIPPED,
     CheckResult,
     CommandRunner,
+    GdsioResult,
     IoTestOptions,
     IoTestResult,
     NodeReport,
@@ -127,12 +129,23 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
                 library_path=iotest.operator_library_path(
                     op.get("driver_root") if op.get("managed") else None))
             raw["io_test"] = io_raw[-20000:]
+        gdsio_result: GdsioResult | None = None
+        gdsio_check: CheckResult | None = None
+        if io.gdsio is not None:
+            gd_opts = gdsio_mod.effective(io.gdsio, io_opts.aligned_size())
+            gdsio_result, gdsio_check, gd_raw = gdsio_mod.run_gdsio(
+                runner, gd_opts, io_path, policy.gdsio_min_ratio, io_test=io_result)
+            raw["gdsio"] = gd_raw[-20000:]
         route, check_list, compliant = checks_mod.evaluate(
             facts, io_result, policy, route=route, io_path=io_path)
+        if gdsio_check is not None:
+            check_list = [*check_list, gdsio_check]
+            compliant = compliant and gdsio_check.status != FAIL
         return NodeReport(
             name=name, reachable=True, compliant=compliant, route=route, checks=check_list,
             io_test=io_result, facts=facts, raw={k: v for k, v in raw.items() if v},
             error=None, started_at=started_at, duration_s=time.monotonic() - t0,
+            gdsio=gdsio_result,
         )
     except ConnectError:
         raise

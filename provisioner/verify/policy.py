@@ -13,6 +13,7 @@ require_io_test: true         # a node without a proven direct path is not compl
 gds_mount: /mnt/gds           # where the I/O test writes when no NVMe mount is found
 min_p2pdma_driver: "565.47"
 reboot_pending: fail          # fail | warn
+gdsio_min_ratio: null         # verify --gdsio: GDS/CPU-only gdsio throughput floor; null = none
 ```
 """
 
@@ -60,6 +61,7 @@ class Policy:
     gds_mount: str = "/mnt/gds"
     min_p2pdma_driver: str = "565.47"
     reboot_pending: str = "fail"
+    gdsio_min_ratio: float | None = None
     source: str = "defaults"
 
     def __post_init__(self) -> None:
@@ -71,6 +73,10 @@ class Policy:
             raise UsageError(f"policy: iommu {self.iommu!r} must be warn or fail")
         if self.reboot_pending not in ("warn", "fail"):
             raise UsageError(f"policy: reboot_pending {self.reboot_pending!r} must be warn or fail")
+        if self.gdsio_min_ratio is not None and not self.gdsio_min_ratio > 0:
+            raise UsageError(f"policy: gdsio_min_ratio {self.gdsio_min_ratio!r} must be a number "
+                             "above 0 (e.g. 1.2: GDS at least 1.2x the CPU-only throughput), or "
+                             "null")
         if self.io_test_size < MIN_PROVABLE_IO_BYTES:
             raise UsageError(f"policy: io_test_size must be at least 1MiB: {SMALL_IO_WHY}")
 
@@ -94,7 +100,7 @@ class Policy:
                     if isinstance(value, str):
                         value = [value]
                     value = tuple(str(v) for v in value)
-                elif key in ("min_write_gbps", "min_read_gbps"):
+                elif key in ("min_write_gbps", "min_read_gbps", "gdsio_min_ratio"):
                     value = None if value is None else float(value)
                 elif key in ("require_allow_compat_false", "require_io_test"):
                     if not isinstance(value, bool):

@@ -14,6 +14,9 @@ and the ledger), then each node is put into its state:
     07 sshd stopped (port closed)                            -> UNREACHABLE, connection refused
     08 host key regenerated                                  -> UNREACHABLE, host key CHANGED
 
+`verify --gdsio` on 01 (direct) and 04 (compat, allow_compat_mode false) runs the gds-tools gdsio
+stand-in twice per node (GPU Direct, CPU only); a policy floor above the ratio fails it.
+
 A second run, after node 01 loses nvidia_fs, shows drift for 01 only.
 """
 
@@ -229,6 +232,47 @@ def test_junit_and_ledger_agree(first_run: dict[str, Any]) -> None:
                 raw = led.raw_for(latest[name]["id"])
                 assert raw, name  # raw outputs kept beside the parsed result
         assert led.drift() == []  # first run: nothing to drift from
+
+
+def test_gdsio_runs_both_transfers_and_the_floor_decides(
+        first_run: dict[str, Any], fleet: Any, tmp_path: Any) -> None:
+    names = first_run["names"]
+    common = ["verify", "-i", str(fleet.inventory), "--no-ledger", "--io-size", "4M", "-q",
+              "--ssh-config", "none", "--gdsio", "--gdsio-size", "8M", "--gdsio-io-size", "1M",
+              "--gdsio-workers", "2"]
+    policy = tmp_path / "policy.yml"
+    policy.write_text("gdsio_min_ratio: 1000\n")
+    rc = main([*common, "--limit", f"{names[0]},{names[3]}", "--policy", str(policy),
+               "--json", str(tmp_path / "floor.json")])
+    assert rc == Exit.NOT_COMPLIANT
+    by = {n["name"]: n for n in json.loads((tmp_path / "floor.json").read_text())["nodes"]}
+    direct = by[names[0]]
+    g = direct["gdsio"]
+    assert (g["io_type"], g["file_size_bytes"], g["io_size_bytes"], g["workers"]) == (
+        "write", 8 << 20, 1 << 20, 2)
+    assert g["file"].startswith("/mnt/gds/")
+    assert [(r["transfer"], r["xfer_type"]) for r in g["runs"]] == [("gds", 0), ("cpu", 1)]
+    gds, cpu = g["runs"]
+    assert all(r["throughput_gibps"] > 0 and r["ops"] == 8 for r in g["runs"])
+    assert g["ratio"] == round(gds["throughput_gibps"] / cpu["throughput_gibps"], 3)
+    assert g["min_ratio"] == 1000
+    check = {c["id"]: c for c in direct["checks"]}["gdsio.ratio"]
+    assert check["status"] == "fail" and "floor 1000" in check["message"]
+    assert direct["compliant"] is False and _failing(direct) == {"gdsio.ratio"}
+    assert "IoType: WRITE XferType: GPUD Threads: 2" in direct["raw"]["gdsio"]
+    # the test file is gone
+    assert fleet.exec(names[0], "ls -A /mnt/gds").stdout.strip() == ""
+    # compat node with allow_compat_mode false: gdsio's GPU Direct run is refused, no ratio
+    compat = by[names[3]]["gdsio"]
+    assert [r["transfer"] for r in compat["runs"]] == ["cpu"] and compat["ratio"] is None
+    check = {c["id"]: c for c in by[names[3]]["checks"]}["gdsio.ratio"]
+    assert check["status"] == "fail" and "file register error" in check["message"]
+    # no floor: the figures are reported and the check passes
+    rc = main([*common, "--limit", names[0], "--json", str(tmp_path / "plain.json")])
+    node = json.loads((tmp_path / "plain.json").read_text())["nodes"][0]
+    assert rc == Exit.OK and node["compliant"] is True
+    assert node["gdsio"]["min_ratio"] is None and node["gdsio"]["ratio"] is not None
+    assert {c["id"]: c["status"] for c in node["checks"]}["gdsio.ratio"] == "pass"
 
 
 def test_second_run_shows_drift(first_run: dict[str, Any], fleet: Any,

@@ -73,6 +73,7 @@ STEPS = (
     "compliant",
     "failed",
     "skipped",
+    "interrupted",
 )
 
 metadata = MetaData()

@@ -241,6 +241,7 @@ def _confirm(wave: Any) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from provisioner import interrupts
     from provisioner.inventory import load_inventory
     from provisioner.rollout.adapters import AnsibleProvisioner
     from provisioner.rollout.engine import Engine, RolloutOptions
@@ -311,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
                 private_data_dir=pdd,
                 events_log=events_log,
                 timeout=args.playbook_timeout or None,  # 0: no deadline
+                children_lock=lock.children_path,
             )
             observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
             engine = Engine(
@@ -324,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
                 drain=checked["drain"],
                 addresses={n.name: n.address for n in inventory.nodes},
                 confirm=_confirm if args.confirm else None,
+                sleep=interrupts.sleep,  # Ctrl-C during --pause-between-waves stops at once
             )
             try:
                 result = engine.run_with(lambda rid: setattr(provisioner, "run_tag", rid))

@@ -8,6 +8,7 @@ compliance ledger; ``--json``/``--junit`` write reports. Exit codes: docs/cli.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
@@ -260,8 +262,12 @@ def run(args: argparse.Namespace) -> int:
                 runner = make(n)
             except ConnectError as exc:
                 return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
-            return verify_one(runner, node_name(n), policy,
-                              io.for_node(getattr(n, "verify_io_size", None)))
+            close = getattr(runner, "close", None)
+            # SIGINT/SIGTERM: its SSH connection closes at once; the node's I/O test sees it
+            # and stops, removing its test file (provisioner/remote/iotest.py)
+            with interrupts.closing(close) if close else contextlib.nullcontext():
+                return verify_one(runner, node_name(n), policy,
+                                  io.for_node(getattr(n, "verify_io_size", None)))
 
         run_parallel(
             items,

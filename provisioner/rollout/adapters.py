@@ -46,6 +46,7 @@ class AnsibleProvisioner:
         events_log: str | os.PathLike[str] | None = None,
         run_tag: str = "",
         timeout: int | None = None,
+        children_lock: str | os.PathLike[str] | None = None,
     ) -> None:
         self.inventory = Path(inventory)
         # an FQCN (gdsfleet.gds.site) or a playbook file, given to ansible-playbook as is
@@ -58,6 +59,8 @@ class AnsibleProvisioner:
         self.events_log = Path(events_log) if events_log else None
         self.run_tag = run_tag
         self.timeout = timeout
+        # held by each playbook's guard while it lives (see provisioner.rollout.guard)
+        self.children_lock = children_lock
         self._lock = threading.Lock()
 
     def _log(self, wave: int, kind: str, host: str, event: str, task: str) -> None:
@@ -96,6 +99,8 @@ class AnsibleProvisioner:
             private_data_dir=self.private_data_dir,
             on_host_event=on_event,
             timeout=self.timeout,
+            children_lock=self.children_lock,
+            run_tag=self.run_tag,
         )
         for h, out in res.hosts.items():
             self._log(wave, kind, h, f"outcome:{out.status.value}", out.failed_task or "")
@@ -142,7 +147,13 @@ class SshVerifier:
         for_node = getattr(io, "for_node", None)  # the inventory's gds_verify_io_size
         if for_node is not None:
             io = for_node(getattr(node, "verify_io_size", None))
-        return verify_one(runner, node.name, self.policy, io)
+        from provisioner import interrupts
+
+        close = getattr(runner, "close", None)
+        if close is None:
+            return verify_one(runner, node.name, self.policy, io)
+        with interrupts.closing(close):  # SIGINT/SIGTERM: its SSH connection closes at once
+            return verify_one(runner, node.name, self.policy, io)
 
     def verify(
         self,

@@ -39,6 +39,7 @@ _STYLE = {
     FAILED: "red",
     SKIPPED: "yellow",
     REBOOT_PENDING: "yellow",
+    "interrupted": "magenta",  # stopped by SIGINT/SIGTERM; redone on resume
 }
 
 

@@ -38,10 +38,11 @@ TOKEN = b"GDSFLEET_PLAYBOOK_TOKEN="
 
 
 # ----------------------------------------------------------------------------- helpers
-def playbook_processes(controller: int) -> list[tuple[int, str]]:
+def playbook_processes(controller: int | None) -> list[tuple[int, str]]:
     """``(pid, command)`` of the processes started for a playbook of the rollout ``controller``
     (ansible-playbook, its forks, ssh), found by the token the runner puts in their
-    environment (``<run>.<controller pid>.<random>``), wherever they were reparented."""
+    environment (``<run>.<controller pid>.<random>``), wherever they were reparented; every
+    rollout's for None (the controller's pid is then the first word of the command)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -54,7 +55,9 @@ def playbook_processes(controller: int) -> list[tuple[int, str]]:
         for item in env.split(b"\0"):
             if item.startswith(TOKEN):
                 parts = item[len(TOKEN):].decode().split(".")
-                if len(parts) == 3 and parts[1] == str(controller):
+                if len(parts) == 3 and controller is None:
+                    out.append((int(parts[1]), cmd.strip()))
+                elif len(parts) == 3 and parts[1] == str(controller):
                     out.append((int(d), cmd.strip()))
     return out
 
@@ -246,13 +249,11 @@ def test_kill_9_then_immediate_resume_never_overlaps(rollout: Rollout) -> None:
     stop = threading.Event()
     resumed_pid: list[int] = []
 
-    def sample() -> None:  # which rollouts have playbook processes alive, every ~20 ms
+    def sample() -> None:  # which rollouts have playbook processes alive, every ~30 ms
         while not stop.is_set():
-            alive = {proc.pid} if playbook_processes(proc.pid) else set()
-            if resumed_pid and playbook_processes(resumed_pid[0]):
-                alive.add(resumed_pid[0])
+            alive = {pid for pid, _ in playbook_processes(None)} & {proc.pid, *resumed_pid}
             samples.append((time.monotonic(), alive))
-            time.sleep(0.02)
+            time.sleep(0.03)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

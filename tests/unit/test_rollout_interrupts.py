@@ -6,6 +6,7 @@ tests/faults/test_interrupts.py."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -178,3 +179,102 @@ def test_resume_waits_for_the_children_lock_then_names_the_pids(tmp_path: Path) 
         holder.wait()
     with lock:  # the holder is gone: taken at once
         pass
+
+
+SLOW_IO = Path(__file__).resolve().parents[1] / "faults" / "standin_slow_io"
+
+
+@pytest.mark.parametrize("how", ["reader-gone", "sigterm", "sighup"])
+def test_node_io_test_stops_and_removes_its_file_when_the_orchestrator_goes(
+        tmp_path: Path, how: str) -> None:
+    """The node side of Ctrl-C in verify: the real I/O test script, run here as sshd runs it
+    (script on stdin, output on a pipe), with the TEST STAND-IN cupy whose I/O never ends.
+    Closing our end of its stdout (sshd closes the session's pipes when the channel closes, and
+    sends no signal) or a signal makes it kill its attempt, remove the test file and exit."""
+    from provisioner.remote import load_script
+
+    gds = tmp_path / "gds"
+    gds.mkdir()
+    opts = json.dumps({"path": str(gds), "size_bytes": 4 << 20, "timeout_s": 600,
+                       "cufile_log": False, "enable_rw_stats": False, "try_compat": False})
+    proc = subprocess.Popen([sys.executable, "-", opts], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(SLOW_IO)))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(load_script("iotest.py"))
+    proc.stdin.close()
+    try:
+        deadline = time.monotonic() + 30
+        while not list(gds.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p.name[:17] for p in gds.iterdir()] == [".gdsfleet-iotest-"]
+        t0 = time.monotonic()
+        if how == "reader-gone":
+            proc.stdout.close()
+        else:
+            proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGHUP)
+        proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(gds.iterdir()) == []  # the test file is gone
+    left = [d for d in os.listdir("/proc") if d.isdigit()
+            and str(gds).encode() in _cmdline(int(d))]
+    assert left == []  # and so is the forked attempt
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _local_play(tmp_path: Path, pause_s: int) -> tuple[Path, Path]:
+    pb = tmp_path / "pb.yml"
+    pb.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
+                  f"    - ansible.builtin.command: sleep {pause_s}\n      changed_when: false\n")
+    inv = tmp_path / "hosts"
+    inv.write_text(f"node1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return pb, inv
+
+
+def test_after_a_playbook_sigint_and_sigterm_are_still_ours(tmp_path: Path) -> None:
+    """Before: ansible-runner replaced both handlers on its first run and left them so."""
+    from provisioner.rollout.runner import run_playbook
+
+    pb, inv = _local_play(tmp_path, 0)
+    with interrupts.handling():
+        ours = signal.getsignal(signal.SIGINT)
+        res = run_playbook(pb, inv, ["node1"], private_data_dir=tmp_path / "runner")
+        assert res.hosts["node1"].succeeded, res
+        assert signal.getsignal(signal.SIGINT) is ours
+        assert signal.getsignal(signal.SIGTERM) is ours
+
+
+def test_sigint_cancels_a_real_playbook_and_leaves_no_process(tmp_path: Path) -> None:
+    from provisioner.rollout.runner import run_playbook
+
+    pb, inv = _local_play(tmp_path, 120)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    with interrupts.handling():
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(interrupts.Interrupted) as exc:
+            run_playbook(pb, inv, ["node1"], private_data_dir=tmp_path / "runner",
+                         run_tag="unit")
+        timer.join()
+    assert exc.value.exit_code == 130
+    assert time.monotonic() - t0 < 30  # not the 120 s of its task
+    mine = [p for p in os.listdir("/proc") if p.isdigit()
+            and f"{guard.TOKEN_ENV}=unit.{os.getpid()}.".encode() in _environ(int(p))]
+    assert mine == []  # ansible-playbook, its fork and the task's sleep: all gone
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""

@@ -66,19 +66,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_library_loggers()
     try:
         mod = importlib.import_module(f"provisioner.commands.{args._module}")
-        return int(mod.run(args))
+        from provisioner import interrupts
+
+        # SIGINT and SIGTERM are ours for the whole command (exit 130 / 143), whatever a
+        # library installs meanwhile (see provisioner.interrupts)
+        with interrupts.handling():
+            return int(mod.run(args))
     except ProvisionerError as exc:
         message = redact_text(" ".join(str(exc).split()) or type(exc).__name__)
         print(f"{prog}: error: {message}", file=sys.stderr)
         code = getattr(exc, "exit_code", 1)
         return int(code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        what = "SIGTERM" if getattr(exc, "signum", 2) == 15 else "SIGINT"
         print(
-            f"provisioner {args.command}: interrupted; the ledger holds where it stopped, "
-            f"run the same command again to resume",
+            f"provisioner {args.command}: interrupted ({what}); the ledger holds where it "
+            f"stopped, run the same command again to resume",
             file=sys.stderr,
         )
-        return int(Exit.INTERRUPTED)
+        return int(getattr(exc, "exit_code", Exit.INTERRUPTED))
     except BrokenPipeError:  # `provisioner status | head`: not an error of ours
         with contextlib.suppress(OSError):
             sys.stderr.close()

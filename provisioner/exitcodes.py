@@ -14,4 +14,5 @@ class Exit(IntEnum):
     INTERNAL = 70  # a bug: one line on stderr, the traceback in the debug log it names
     LEDGER = 74  # the ledger cannot be opened, read or written (sysexits EX_IOERR)
     LOCKED = 75  # another rollout holds the fleet lock; nothing ran
-    INTERRUPTED = 130  # Ctrl-C; the ledger holds where it stopped, run the same command again
+    INTERRUPTED = 130  # SIGINT (Ctrl-C); the ledger holds where it stopped, run the same again
+    TERMINATED = 143  # SIGTERM; as 130

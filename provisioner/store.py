@@ -75,6 +75,7 @@ STEPS = (
     "compliant",
     "failed",
     "skipped",
+    "interrupted",
 )
 
 metadata = MetaData()

@@ -273,6 +273,7 @@ def _confirm(wave: Any) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from provisioner import interrupts
     from provisioner.inventory import load_inventory
     from provisioner.rollout.adapters import AnsibleProvisioner
     from provisioner.rollout.engine import Engine, RolloutOptions
@@ -343,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
                 private_data_dir=pdd,
                 events_log=events_log,
                 timeout=args.playbook_timeout or None,  # 0: no deadline
+                children_lock=lock.children_path,
             )
             observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
             engine = Engine(
@@ -356,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
                 drain=checked["drain"],
                 addresses={n.name: n.address for n in inventory.nodes},
                 confirm=_confirm if args.confirm else None,
+                sleep=interrupts.sleep,  # Ctrl-C during --pause-between-waves stops at once
             )
             try:
                 def started(rid: str) -> None:

@@ -8,6 +8,7 @@ compliance ledger; ``--json``/``--junit`` write reports. Exit codes: docs/cli.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
@@ -339,10 +341,12 @@ def run(args: argparse.Namespace) -> int:
             wants_nfd = args.nfd or _truthy((getattr(n, "vars", None) or {}).get(
                 "gds_nfd_features"))
             node_io = io.for_node(getattr(n, "verify_io_size", None))
-            if wants_nfd:
-                return verify_one(runner, node_name(n), policy, node_io,
-                                  nfd_ttl_hours=args.nfd_ttl)
-            return verify_one(runner, node_name(n), policy, node_io)
+            extra: dict[str, Any] = {"nfd_ttl_hours": args.nfd_ttl} if wants_nfd else {}
+            close = getattr(runner, "close", None)
+            # SIGINT/SIGTERM: its SSH connection closes at once; the node's I/O test sees it
+            # and stops, removing its test file (provisioner/remote/iotest.py)
+            with interrupts.closing(close) if close else contextlib.nullcontext():
+                return verify_one(runner, node_name(n), policy, node_io, **extra)
 
         run_parallel(
             items,

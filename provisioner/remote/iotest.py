@@ -367,9 +367,30 @@ def attempt(mode: str, file_path: str, size: int, keep: bool,
     return res
 
 
+class ControllerGone(BaseException):
+    """The orchestrator went away (its SSH channel closed, or a signal): stop, clean up."""
+
+
+def controller_gone(fd: int = 1) -> bool:
+    """Is the reader of our stdout gone? sshd closes its end of the session's pipes when the
+    orchestrator closes the channel (Ctrl-C in verify), but sends the command no signal."""
+    try:
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR / POLLHUP are always reported
+        return any(ev & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+                   for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _on_signal(signo, _frame):  # type: ignore[no-untyped-def]
+    raise ControllerGone(signo)
+
+
 def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float,
                 extra_env: dict | None = None) -> dict:
-    """Fork a child for one attempt; collect its JSON through a pipe within ``timeout``."""
+    """Fork a child for one attempt; collect its JSON through a pipe within ``timeout``; kill
+    it and raise :class:`ControllerGone` when the orchestrator goes away meanwhile."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -387,17 +408,27 @@ def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float
     chunks = []
     deadline = time.monotonic() + timeout
     timed_out = False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([rfd], [], [], min(left, 5.0))
-        if ready:
-            chunk = os.read(rfd, 65536)
-            if not chunk:
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
                 break
-            chunks.append(chunk)
+            if controller_gone():
+                raise ControllerGone(0)
+            ready, _, _ = select.select([rfd], [], [], min(left, 0.25))
+            if ready:
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
+        os.close(rfd)
+        raise
     os.close(rfd)
     if timed_out:
         os.kill(pid, signal.SIGKILL)
@@ -555,5 +586,16 @@ def _emit(doc: dict) -> int:
     return 0
 
 
+def guarded_main() -> int:
+    """main(), stopped cleanly (attempt killed, test file removed, rw_stats restored) when the
+    orchestrator goes away: SIGHUP/SIGTERM/SIGINT/SIGPIPE, or its end of stdout closed."""
+    for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(s, _on_signal)
+    try:
+        return main()
+    except ControllerGone:
+        return 143
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded_main())

@@ -46,6 +46,7 @@ class AnsibleProvisioner:
         events_log: str | os.PathLike[str] | None = None,
         run_tag: str = "",
         timeout: int | None = None,
+        children_lock: str | os.PathLike[str] | None = None,
     ) -> None:
         self.inventory = Path(inventory)
         # an FQCN (gdsfleet.gds.site) or a playbook file, given to ansible-playbook as is
@@ -58,6 +59,8 @@ class AnsibleProvisioner:
         self.events_log = Path(events_log) if events_log else None
         self.run_tag = run_tag
         self.timeout = timeout
+        # held by each playbook's guard while it lives (see provisioner.rollout.guard)
+        self.children_lock = children_lock
         self._lock = threading.Lock()
 
     def _log(self, wave: int, kind: str, host: str, event: str, task: str) -> None:
@@ -99,6 +102,8 @@ class AnsibleProvisioner:
             private_data_dir=self.private_data_dir,
             on_host_event=on_event,
             timeout=self.timeout,
+            children_lock=self.children_lock,
+            run_tag=self.run_tag,
         )
         for h, out in res.hosts.items():
             self._log(wave, kind, h, f"outcome:{out.status.value}", out.failed_task or "")
@@ -145,14 +150,18 @@ class SshVerifier:
         for_node = getattr(io, "for_node", None)  # the inventory's gds_verify_io_size
         if for_node is not None:
             io = for_node(getattr(node, "verify_io_size", None))
+        from provisioner import interrupts
         from provisioner.commands.verify import _truthy
         from provisioner.verify.nfd import DEFAULT_TTL_HOURS
 
         # the inventory's gds_nfd_features: the rollout's verification also labels the node
         nfd = _truthy((getattr(node, "vars", None) or {}).get("gds_nfd_features"))
-        if nfd:
-            return verify_one(runner, node.name, self.policy, io, nfd_ttl_hours=DEFAULT_TTL_HOURS)
-        return verify_one(runner, node.name, self.policy, io)
+        extra: dict[str, Any] = {"nfd_ttl_hours": DEFAULT_TTL_HOURS} if nfd else {}
+        close = getattr(runner, "close", None)
+        if close is None:
+            return verify_one(runner, node.name, self.policy, io, **extra)
+        with interrupts.closing(close):  # SIGINT/SIGTERM: its SSH connection closes at once
+            return verify_one(runner, node.name, self.policy, io, **extra)
 
     def verify(
         self,

@@ -42,9 +42,11 @@ VERIFYING = "verifying"
 COMPLIANT = "compliant"
 FAILED = "failed"
 SKIPPED = "skipped"
+# stopped by SIGINT/SIGTERM while in flight: no failure (no budget spent), redone on resume
+INTERRUPTED = "interrupted"
 
 DONE_STEPS = frozenset({COMPLIANT, FAILED, SKIPPED, REBOOT_PENDING})
-MID_STEPS = frozenset({PROVISIONING, REBOOTING, VERIFYING})
+MID_STEPS = frozenset({PROVISIONING, REBOOTING, VERIFYING, INTERRUPTED})
 
 
 class Provisioner(Protocol):
@@ -370,7 +372,11 @@ class Engine:
                 rest = [p for p in planned if p.name not in mid]
                 waves.append(Wave(int(w["index"]), tuple(first + rest)))
             plan = Plan(spec=str(recorded.get("spec", self.opts.waves)), waves=tuple(waves))
-            self._caught = {n: str(steps[n]["step"]) for n in mid}
+            self._caught = {
+                n: str((steps[n].get("detail") or {}).get("during") or steps[n]["step"])
+                if steps[n].get("step") == INTERRUPTED else str(steps[n]["step"])
+                for n in mid
+            }
             self.run_id = run_id
             return plan, True, steps
         plan = plan_waves(
@@ -476,11 +482,10 @@ class Engine:
                     raise Stop(summary.stopped)
         except Stop as stop:
             status, code, message = "aborted", Exit.ABORTED, str(stop)
-        except KeyboardInterrupt:
-            # the ledger holds every finished step; the run stays unfinished -> resumable
-            self._writer.flush()
-            self.obs.message("interrupted: run the same command again to resume")
-            raise
+        except KeyboardInterrupt as exc:
+            # the ledger holds every finished step; the nodes in flight become 'interrupted'
+            # (no failure, no budget spent); the run stays unfinished -> resumable
+            return self._interrupted(exc, plan, summaries, resumed, started)
         self._writer.flush()
         if status == "succeeded":
             good = (COMPLIANT,) if self.opts.verify else (COMPLIANT, SKIPPED)
@@ -505,6 +510,38 @@ class Engine:
         return RolloutResult(
             run_id=self.run_id,
             status=status,
+            exit_code=code,
+            plan=plan,
+            nodes=self.nodes,
+            waves=summaries,
+            message=message,
+            resumed=resumed,
+            duration_s=time.monotonic() - started,
+        )
+
+    def _interrupted(self, exc: KeyboardInterrupt, plan: Plan, summaries: list[WaveSummary],
+                     resumed: bool, started: float) -> RolloutResult:
+        signum = int(getattr(exc, "signum", 2))
+        code = Exit.TERMINATED if signum == 15 else Exit.INTERRUPTED
+        name = "SIGTERM" if signum == 15 else "SIGINT"
+        self._writer.flush()
+        caught = sorted(n.name for n in self.nodes.values() if n.step in MID_STEPS)
+        for node in caught:
+            during = self.nodes[node].step
+            self._step(node, INTERRUPTED, self.nodes[node].wave,
+                       {"during": during, "signal": name},
+                       f"interrupted by {name} while {during}; redone first on resume")
+        self._writer.flush()
+        message = (
+            f"interrupted by {name}"
+            + (f"; {len(caught)} node(s) in flight marked interrupted: {', '.join(caught)}"
+               if caught else "")
+            + "; no failure counted; run the same command again to resume"
+        )
+        self.obs.message(message)
+        return RolloutResult(
+            run_id=self.run_id,
+            status="interrupted",
             exit_code=code,
             plan=plan,
             nodes=self.nodes,

@@ -61,14 +61,57 @@ def lock_path_for(ledger: str) -> Path | None:
     return Path(path).expanduser().with_name(Path(path).name + ".rollout.lock")
 
 
-class FileLock:
-    """Exclusive, non-blocking flock; raises :class:`LockHeld` naming the holder."""
+CHILDREN_WAIT_S = 15.0
 
-    def __init__(self, path: str | os.PathLike[str], fleet: str) -> None:
+
+class FileLock:
+    """Exclusive, non-blocking flock; raises :class:`LockHeld` naming the holder.
+
+    Beside it, ``<lock>.children``: every playbook's guard (and the ansible-playbook under it)
+    holds a shared flock on it while it lives. The kernel drops the rollout's own flock the
+    moment a ``kill -9`` ends it, but its playbook may still be dying: ``acquire`` waits up to
+    ``children_wait`` seconds for the children lock, then refuses naming the PIDs.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fleet: str, *,
+                 children_wait: float = CHILDREN_WAIT_S) -> None:
         self.path = Path(path)
         self.fleet = fleet
+        self.children_wait = children_wait
         self._fd: int | None = None
         self._info: dict[str, Any] = {}
+
+    @property
+    def children_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".children")
+
+    def _wait_for_children(self) -> None:
+        """Returns once no playbook of an earlier rollout holds the children lock."""
+        from provisioner.fsutil import open_private
+
+        fd = open_private(self.children_path, os.O_RDWR)  # 0600 (umask-narrowed) when created
+        try:
+            deadline = time.monotonic() + self.children_wait
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.1)
+        finally:
+            os.close(fd)
+        from provisioner.rollout.guard import holders
+
+        who = holders(str(self.children_path))
+        named = "; ".join(f"pid {pid} ({cmd})" for pid, cmd in who) or "unknown processes"
+        raise LockHeld(
+            f"a playbook of an earlier rollout of this fleet is still running after "
+            f"{self.children_wait:.0f}s: {named}; stop those processes (or wait for them), "
+            f"then run the same command again to resume"
+        )
 
     def acquire(self) -> FileLock:
         from provisioner.fsutil import open_private, private_dir
@@ -95,6 +138,12 @@ class FileLock:
         mode = os.fstat(fd).st_mode & 0o777
         if mode & 0o077:  # a lock file left by an older version: narrow it, never widen
             os.fchmod(fd, mode & 0o600)
+        try:
+            self._wait_for_children()
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         self._fd = fd
         self._info = holder_info(self.fleet)
         self._write_info()
@@ -147,6 +196,7 @@ class PgAdvisoryLock:
         self.url = url
         self.fleet = fleet
         self._conn: Any = None
+        self.children_path: Path | None = None  # playbooks' guards hold no lock here
 
     def acquire(self) -> PgAdvisoryLock:
         from sqlalchemy import create_engine, text

@@ -37,6 +37,7 @@ _STYLE = {
     FAILED: "red",
     SKIPPED: "yellow",
     REBOOT_PENDING: "yellow",
+    "interrupted": "magenta",  # stopped by SIGINT/SIGTERM; redone on resume
 }
 
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
@@ -249,6 +250,27 @@ def _ansible_bin_dir() -> str | None:
     return str(candidate.parent)
 
 
+def _guard_wrapper(pdd: Path, children_lock: str | os.PathLike[str] | None) -> Path | None:
+    """An executable that runs ansible-playbook under the guard (ansible-runner's ``binary``;
+    the runner then leaves the playbook off the command line: ``cmdline`` puts it first);
+    None when ansible-playbook is not on PATH (the runner then reports that)."""
+    from provisioner.rollout import guard
+
+    real = shutil.which("ansible-playbook")
+    if real is None:
+        return None
+    lock = str(Path(children_lock).resolve()) if children_lock else "-"
+    path = pdd / f".gdsfleet-guard-{os.getpid()}-{threading.get_ident()}.sh"
+    path.write_text(
+        "#!/bin/sh\n"
+        f"exec {shlex.quote(sys.executable)} {shlex.quote(guard.__file__)} "
+        f"{shlex.quote(lock)} {shlex.quote(real)} \"$@\"\n",
+        encoding="utf-8",
+    )
+    path.chmod(0o700)
+    return path
+
+
 def redact(extravars: Mapping[str, Any]) -> dict[str, Any]:
     """Extra vars fit to record: secret-named values ``<redacted>`` (provisioner.redact)."""
     from provisioner.redact import redact_mapping
@@ -320,12 +342,22 @@ def run_playbook(
     keep_events: bool = False,
     timeout: int | None = None,
     cancel: Callable[[], bool] | None = None,
+    children_lock: str | os.PathLike[str] | None = None,
+    run_tag: str = "",
 ) -> PlaybookResult:
-    """Run ``playbook`` against ``hosts`` of ``inventory``; per-host outcomes from events."""
+    """Run ``playbook`` against ``hosts`` of ``inventory``; per-host outcomes from events.
+
+    ``ansible-playbook`` runs under :mod:`provisioner.rollout.guard` (it dies with this process,
+    holds ``children_lock`` while it lives); SIGINT/SIGTERM cancel it (the runner kills its
+    process group) and raise :class:`provisioner.interrupts.Interrupted` once it is gone.
+    """
     import time
+    import uuid
 
     import ansible_runner  # heavy: imported when a playbook really runs
 
+    from provisioner import interrupts
+    from provisioner.rollout import guard
     from provisioner.rollout.playbooks import FORWARDED_ENV, looks_like_fqcn
 
     if not hosts:
@@ -353,8 +385,13 @@ def run_playbook(
         if os.environ.get(key):
             env[key] = os.environ[key]
     env.update(envvars or {})
+    token = f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
+    env[guard.TOKEN_ENV] = token
+    env[guard.PARENT_ENV] = str(os.getpid())
+    wrapper = _guard_wrapper(pdd, children_lock)
     started = time.monotonic()
     extravars_file = None
+    interrupts.check()
     try:
         extravars_file = _write_extravars(pdd, extravars or {})
         kwargs: dict[str, Any] = {
@@ -371,19 +408,44 @@ def run_playbook(
             "suppress_env_files": True,
             "rotate_artifacts": 5,
         }
-        if cancel is not None:
-            kwargs["cancel_callback"] = cancel
+        # our cancel callback, always: without one ansible-runner installs SIGINT/SIGTERM
+        # handlers of its own and never puts ours back
+        kwargs["cancel_callback"] = (
+            (lambda: interrupts.requested() or bool(cancel()))
+            if cancel is not None else interrupts.requested
+        )
+        # how often the runner looks at the cancel callback (its default: every 5 s); the
+        # runner reads settings only when env/settings exists
+        kwargs["settings"] = {"pexpect_timeout": 0.5}
+        settings_file = pdd / "env" / "settings"
+        if not settings_file.exists():
+            settings_file.parent.mkdir(parents=True, exist_ok=True)
+            settings_file.write_text("pexpect_timeout: 0.5\n", encoding="utf-8")
+        if wrapper is not None:
+            kwargs["binary"] = str(wrapper)
+            kwargs["cmdline"] = " ".join(
+                [shlex.quote(kwargs["playbook"])]
+                + ([str(kwargs["cmdline"])] if kwargs.get("cmdline") else [])
+            )
         if timeout:
             kwargs["timeout"] = timeout
-        r = ansible_runner.run(**kwargs)
+        with interrupts.deferred():
+            r = ansible_runner.run(**kwargs)
         rc, status = r.rc, str(r.status)
     finally:
+        # a canceled run's process group is SIGKILLed (the guard too): what left that group
+        # (ssh control masters) is stopped here
+        guard.sweep(token)
+        if wrapper is not None:
+            with contextlib.suppress(OSError):
+                wrapper.unlink()
         if extravars_file is not None:
             extravars_file.unlink(missing_ok=True)
         if pdd_tmp:
             shutil.rmtree(pdd_tmp, ignore_errors=True)
         else:
             _scrub_artifacts(pdd)
+    interrupts.check()  # canceled by SIGINT/SIGTERM: the hosts' outcomes mean nothing
     duration = time.monotonic() - started
     outcomes = collector.outcomes()
     error = None

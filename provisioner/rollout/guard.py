@@ -1,0 +1,189 @@
+"""The guard between the rollout and its ``ansible-playbook``: no playbook outlives its controller.
+
+ansible-runner starts ``ansible-playbook`` under a pseudo-terminal with SIGHUP ignored, in a
+session of its own; after a ``kill -9`` of the rollout, that playbook and its ssh children ran
+on under PID 1 while a resumed rollout started a second playbook on the same nodes. The runner
+therefore starts this script (``binary=``, through a small shell wrapper), which:
+
+- asks the kernel for SIGTERM when its parent (the rollout) dies (``PR_SET_PDEATHSIG``), and
+  treats SIGHUP (the pseudo-terminal hung up) and SIGTERM alike;
+- becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``), so the ssh control masters that
+  daemonize themselves stay its descendants;
+- holds a shared ``flock`` on the rollout's children lock (``<lock>.children``), inherited by
+  ``ansible-playbook`` and its forks: a resumed rollout waits until every holder is gone;
+- runs ``ansible-playbook`` (which dies with SIGKILL if the guard dies, ``PR_SET_PDEATHSIG``);
+- when the playbook ends, or on a signal, kills every process that carries this run's token
+  (``GDSFLEET_PLAYBOOK_TOKEN`` in its environment), waits for them, and only then exits.
+
+Stdlib only: it runs as a script (``python guard.py LOCK|- PLAYBOOK_BINARY ARGS...``), never
+imported into a playbook. :func:`sweep` and :func:`holders` are also used by the rollout itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+
+TOKEN_ENV = "GDSFLEET_PLAYBOOK_TOKEN"  # noqa: S105 - a variable name, no secret
+PARENT_ENV = "GDSFLEET_GUARD_PARENT"
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+
+
+def tagged(token: str) -> list[int]:
+    """PIDs of the processes (of this user) whose environment carries ``token``."""
+    needle = f"{TOKEN_ENV}={token}\0".encode()
+    me = os.getpid()
+    out = []
+    for pid in _pids():
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read() + b"\0"
+        except OSError:
+            continue
+        if needle in env:
+            out.append(pid)
+    return out
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def sweep(token: str, *, grace: float = 2.0) -> list[int]:
+    """Stop every process carrying ``token``: SIGTERM, then SIGKILL after ``grace`` seconds;
+    returns the PIDs found. Reaps the ones that are our children."""
+    found = tagged(token)
+    if not found:
+        return []
+    sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+    deadline = time.monotonic() + grace
+    while True:
+        alive = tagged(token)
+        if not alive:
+            break
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        _reap()
+        time.sleep(0.05)
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        if time.monotonic() > deadline + 10:
+            break
+    _reap()
+    return found
+
+
+def holders(path: str) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the processes that have ``path`` open."""
+    want = os.path.realpath(path)
+    out = []
+    for pid in _pids():
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{fd_dir}/{fd}") == want:
+                    break
+            except OSError:
+                continue
+        else:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            cmd = "?"
+        out.append((pid, cmd[:120]))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        sys.stderr.write("usage: guard.py LOCK|- PLAYBOOK_BINARY [ARGS...]\n")
+        return 2
+    lock_path, binary, args = argv[0], argv[1], argv[2:]
+    token = os.environ.get(TOKEN_ENV, "")
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    parent = os.environ.get(PARENT_ENV)
+    child: subprocess.Popen[bytes] | None = None
+    stopping = {"sig": 0}
+
+    def stop(signo: int, _frame: object) -> None:
+        if stopping["sig"]:
+            return
+        stopping["sig"] = signo
+        if child is not None:
+            with contextlib.suppress(OSError):
+                os.kill(child.pid, signal.SIGKILL)
+        if token:
+            sweep(token, grace=0)
+        _reap()
+        os._exit(128 + signo)
+
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, stop)
+    if parent and str(os.getppid()) != parent:  # the rollout died before we got here
+        return 128 + signal.SIGTERM
+    lock_fd = -1
+    if lock_path != "-":
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(lock_fd, fcntl.LOCK_SH)
+        os.set_inheritable(lock_fd, True)
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)
+
+    child = subprocess.Popen([binary, *args], preexec_fn=in_child,  # noqa: S603
+                             pass_fds=(lock_fd,) if lock_fd >= 0 else ())
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except InterruptedError:
+            continue
+    # the playbook ended: nothing it started (ssh control masters) outlives it
+    if token:
+        sweep(token)
+    _reap()
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -21,6 +21,7 @@ _HELP = {
     "history": "compliance history of one node",
     "plan": "print the rollout waves and what would change; changes nothing",
     "rollout": "provision the fleet in gated waves (canary first), resumable",
+    "report": "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile",
 }
 
 

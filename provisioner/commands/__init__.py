@@ -14,4 +14,5 @@ COMMANDS: dict[str, str] = {
     "history": "history",
     "plan": "plan",
     "rollout": "rollout",
+    "report": "report",
 }

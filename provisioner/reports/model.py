@@ -159,12 +159,12 @@ def from_ledger(ledger: Any, run_id: str, *, location: str | None = None) -> dic
     last step and its latest verification in this run. Both carry ``drift`` per node: how the
     node's record differs from its last compliant one before it (``provisioner status``'s rule).
     """
-    from provisioner.errors import LedgerError
+    from provisioner.errors import UsageError
 
     run = ledger.get_run(run_id)
-    if run is None:
-        raise LedgerError(f"no run {run_id!r} in the ledger; list runs with "
-                          f"`provisioner status` or `provisioner history NODE`")
+    if run is None:  # a mistyped id, like history's unknown node: exit 64
+        raise UsageError(f"no run {run_id!r} in the ledger {location or ledger.location}; "
+                         f"`provisioner history NODE` lists the run ids, `latest` is the newest")
     records = ledger.run_verifications(run_id)
     drift = {r["node"]: r["drift"] for r in records}
     if run["kind"] == "verify":

@@ -153,7 +153,7 @@ def test_report_command_renders_a_run_of_the_ledger(fleet: Any, tmp_path: Path,
     table = capsys.readouterr().out
     assert "gpu-03" in table and "UNREACHABLE" in table
     assert Path(path).stat().st_mtime_ns == before  # read-only
-    assert main(["report", "nope", "--ledger", path]) != Exit.OK
+    assert main(["report", "nope", "--ledger", path]) == Exit.USAGE
     assert "no run 'nope' in the ledger" in capsys.readouterr().err
     (tmp_path / "file").write_text("")
     assert main(["report", run_id, "--ledger", path, "--prom-textfile",
@@ -191,3 +191,49 @@ def test_rollout_run_from_the_ledger(tmp_path: Path) -> None:
 def write_and_read_junit(doc: dict[str, Any], tmp_path: Path) -> str:
     write_reports(doc, junit=str(tmp_path / "j.xml"))
     return (tmp_path / "j.xml").read_text()
+
+
+class _Report:
+    """What verify_node returns (anything with to_dict), here with gdsio's block."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc
+
+
+def test_live_verify_writes_html_and_textfile_with_drift(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """verify --local with the node core replaced (its own tests cover it): the second run
+    fails, and its live HTML and textfile carry the drift the ledger knows and gdsio's
+    figures."""
+    import provisioner.verify as verify_pkg
+
+    state = {"ok": True}
+
+    def fake(runner: Any, name: str, policy: Any, io: Any) -> _Report:
+        return _Report(rf.node(name, ok=state["ok"], gdsio=True))
+
+    monkeypatch.setattr(verify_pkg, "verify_node", fake)
+    ledger, prom, html = tmp_path / "l.sqlite", tmp_path / "prom", tmp_path / "v.html"
+    argv = ["verify", "--local", "--ledger", str(ledger), "-q", "--html", str(html),
+            "--prom-textfile", str(prom), "--json", str(tmp_path / "v.json")]
+    assert main(argv) == Exit.OK
+    fams = _families((prom / "gdsfleet.prom").read_text())
+    node = fams["gdsfleet_node_compliant"].samples[0].labels["node"]
+    assert _value(fams, "gdsfleet_node_drift", node=node) == 0
+    state["ok"] = False
+    assert main(argv) == Exit.NOT_COMPLIANT
+    fams = _families((prom / "gdsfleet.prom").read_text())
+    assert _value(fams, "gdsfleet_node_drift", node=node) == 1
+    assert _value(fams, "gdsfleet_gdsio_ratio", node=node) == 2.5
+    assert _value(fams, "gdsfleet_check_status", node=node, check="gdsio.ratio",
+                  status="pass") == 1
+    assert "compliance lost" in html.read_text()
+    assert json.loads((tmp_path / "v.json").read_text())["nodes"][0]["gdsio"] == rf.GDSIO
+    capsys.readouterr()
+    (tmp_path / "notadir").write_text("")
+    assert main([*argv[:-4], "--prom-textfile", str(tmp_path / "notadir")]) == Exit.USAGE
+    assert "--prom-textfile" in capsys.readouterr().err

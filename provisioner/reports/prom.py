@@ -114,7 +114,7 @@ def samples(doc: Mapping[str, Any], *, now: float) -> Iterable[tuple[str, dict[s
             if gbps is not None:
                 yield ("gdsfleet_io_test_throughput_bytes_per_second",
                        {"node": name, "direction": direction}, gbps * 1e9)
-        if _num(io.get("bytes")):
+        if _num(io.get("bytes")) and io.get("path_taken") in ("direct", "compat"):
             yield "gdsfleet_io_test_bytes", {"node": name}, float(io["bytes"])
         ev = io.get("evidence") or {}
         for attempt in ("direct", "compat"):

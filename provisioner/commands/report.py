@@ -74,4 +74,8 @@ def _print(doc: dict[str, Any]) -> None:
     nodes = node_view(doc)
     view = {"run_id": doc["run_id"], "nodes": nodes, "summary": summarize(nodes)}
     sys.stdout.write(f"rollout {doc['run_id']}: {doc.get('status')}\n")
+    for n in doc.get("nodes") or []:
+        sys.stdout.write(f"  wave {n.get('wave')}  {n.get('name')}: {n.get('step')}"
+                         + (f" ({n['reason']})" if n.get("reason") else "") + "\n")
+    sys.stdout.write("\n")
     render(view, sys.stdout)

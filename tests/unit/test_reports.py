@@ -161,7 +161,8 @@ def test_report_command_renders_a_run_of_the_ledger(fleet: Any, tmp_path: Path,
     assert "is not a directory" in capsys.readouterr().err
 
 
-def test_rollout_run_from_the_ledger(tmp_path: Path) -> None:
+def test_rollout_run_from_the_ledger(tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "l.sqlite")
     with Ledger.open(path) as ledger:
         plan = {"spec": "1,100%", "waves": [{"index": 0, "label": "canary", "nodes": []},
@@ -186,6 +187,9 @@ def test_rollout_run_from_the_ledger(tmp_path: Path) -> None:
     assert _value(fams, "gdsfleet_gdsio_ratio", node="a") == 2.5
     assert _value(fams, "gdsfleet_node_compliant", node="b", route="unknown",
                   io_path="skipped") == 0
+    capsys.readouterr()
+    assert main(["report", rid, "--ledger", path]) == Exit.OK
+    assert "wave 1  b: failed (failed: task 'Install': boom)" in capsys.readouterr().out
 
 
 def write_and_read_junit(doc: dict[str, Any], tmp_path: Path) -> str:

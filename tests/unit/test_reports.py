@@ -241,3 +241,17 @@ def test_live_verify_writes_html_and_textfile_with_drift(
     (tmp_path / "notadir").write_text("")
     assert main([*argv[:-4], "--prom-textfile", str(tmp_path / "notadir")]) == Exit.USAGE
     assert "--prom-textfile" in capsys.readouterr().err
+
+
+def test_live_rollout_html(tmp_path: Path) -> None:
+    """rollout --html renders RolloutResult's document (as the command does after a run)."""
+    from provisioner.reports.cli import write_live
+    from provisioner.rollout.progress import report_dict
+    from tests.unit.test_rollout_progress import _result
+
+    html = tmp_path / "rollout.html"
+    write_live(report_dict(_result(), ledger="x"), html=str(html), location=None, run_id="run-1")
+    page = html.read_text()
+    assert "gdsfleet rollout report" in page and 'id="failing-b"' in page
+    assert "failed: task &#39;Install&#39;: boom" in page and 'id="failing-a"' not in page
+    assert stat.S_IMODE(html.stat().st_mode) == 0o600

@@ -103,17 +103,19 @@ def _now() -> str:
 
 # --------------------------------------------------------------------------- one view
 def _stand_in(n: Mapping[str, Any]) -> dict[str, Any]:
-    """A rollout node that was never verified, as a node record (failed before verify)."""
+    """A rollout node without a verification in the document, as a node record."""
     failure = n.get("failure")
-    reason = str(n.get("reason") or n.get("step") or "")
+    reason = str(n.get("reason") or "")
+    done = n.get("step") == "compliant"  # e.g. --no-verify, or finished in an earlier attempt
     return {
         "name": n.get("name"),
         "reachable": failure != "unreachable",
-        "compliant": False,
+        "compliant": done,
         "route": None,
         "checks": [],
         "io_test": {"path_taken": "skipped"},
-        "error": f"{n.get('step')}: {reason}" if reason else str(n.get("step")),
+        "error": None if done else (f"{n.get('step')}: {reason}" if reason
+                                    else str(n.get("step"))),
     }
 
 

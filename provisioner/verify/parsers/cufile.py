@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +21,9 @@ from typing import Any
 DEFAULT_PATH = "/etc/cufile.json"
 
 _SCHEMA_MODULE = "provisioner._collection_cufile_schema"
+# verify evaluates nodes in parallel threads: the module is in sys.modules before its code has
+# run (exec_module needs that), so a second thread must wait for the first to finish loading.
+_SCHEMA_LOCK = threading.Lock()
 
 
 def _schema_candidates() -> list[Path]:
@@ -33,6 +37,11 @@ def _schema_candidates() -> list[Path]:
 
 
 def _load_schema_module() -> ModuleType:
+    with _SCHEMA_LOCK:
+        return _load_schema_module_locked()
+
+
+def _load_schema_module_locked() -> ModuleType:
     loaded = sys.modules.get(_SCHEMA_MODULE)
     if loaded is not None:
         return loaded
@@ -43,7 +52,11 @@ def _load_schema_module() -> ModuleType:
                 continue
             module = importlib.util.module_from_spec(spec)
             sys.modules[_SCHEMA_MODULE] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(_SCHEMA_MODULE, None)  # never leave a half-loaded module
+                raise
             return module
     raise ImportError(
         "the cufile.json schema (cufile_schema.py + cufile_schema.json) is missing from "

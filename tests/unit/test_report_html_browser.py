@@ -95,7 +95,13 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("browser")
     ledger, run_id = rf.build(tmp)
     html = tmp / "report.html"
-    assert main(["report", run_id, "--ledger", ledger, "--html", str(html)]) == Exit.OK
+    here = Path.cwd()
+    os.chdir(tmp)  # the page shows the ledger as given: no machine path in the screenshot
+    try:
+        assert main(["report", run_id, "--ledger", Path(ledger).name, "--html",
+                     str(html)]) == Exit.OK
+    finally:
+        os.chdir(here)
     return tmp, html
 
 

@@ -24,6 +24,7 @@ _HELP = {
     "plan": "print the rollout waves and what would change; changes nothing",
     "rollout": "provision the fleet in gated waves (canary first), resumable",
     "export": "print a training job's GDS settings (DeepSpeed aio block, kvikio env)",
+    "report": "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile",
 }
 
 

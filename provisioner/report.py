@@ -7,170 +7,37 @@ JSON (docs/report-schema.md)::
      "summary": {"total", "compliant", "not_compliant", "unreachable", "errors",
                  "routes": {...}, "paths": {...}, "exit_code"}}
 
-JUnit: one ``<testsuite>`` per node, one ``<testcase>`` per check (``<failure>`` for fail,
-``<skipped>`` for skip; warn passes with its message in ``<system-out>``); an unreachable node is
-one ``<testcase name="reachable">`` with an ``<error>``.
-
-Files are written atomically (temp file in the same directory, fsync, rename).
+JUnit: provisioner/reports/junit.py. The documents and every file format come from
+provisioner.reports (files written atomically, 0600); this module keeps the terminal table.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import xml.etree.ElementTree as ET
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from provisioner.exitcodes import Exit
-
-SCHEMA_VERSION = 1
-
-RESULT_COMPLIANT = "COMPLIANT"
-RESULT_NOT_COMPLIANT = "NOT COMPLIANT"
-RESULT_UNREACHABLE = "UNREACHABLE"
-RESULT_ERROR = "ERROR"
-
-
-def node_result(node: Mapping[str, Any]) -> str:
-    """One word for a node: COMPLIANT, NOT COMPLIANT, UNREACHABLE or ERROR (a bug)."""
-    if node.get("internal_error"):
-        return RESULT_ERROR
-    if not node.get("reachable"):
-        return RESULT_UNREACHABLE
-    return RESULT_COMPLIANT if node.get("compliant") else RESULT_NOT_COMPLIANT
-
-
-def exit_code(nodes: Sequence[Mapping[str, Any]]) -> Exit:
-    """INTERNAL if verifying a node hit a bug, else UNREACHABLE > NOT_COMPLIANT > OK."""
-    results = {node_result(n) for n in nodes}
-    if RESULT_ERROR in results:
-        return Exit.INTERNAL
-    if RESULT_UNREACHABLE in results:
-        return Exit.UNREACHABLE
-    if RESULT_NOT_COMPLIANT in results:
-        return Exit.NOT_COMPLIANT
-    return Exit.OK
-
-
-def summarize(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    results = Counter(node_result(n) for n in nodes)
-    return {
-        "total": len(nodes),
-        "compliant": results[RESULT_COMPLIANT],
-        "not_compliant": results[RESULT_NOT_COMPLIANT],
-        "unreachable": results[RESULT_UNREACHABLE],
-        "errors": results[RESULT_ERROR],
-        "routes": dict(sorted(Counter(str(n.get("route")) for n in nodes).items())),
-        "paths": dict(
-            sorted(Counter(str((n.get("io_test") or {}).get("path_taken")) for n in nodes).items())
-        ),
-        "exit_code": int(exit_code(nodes)),
-    }
-
-
-def build_report(
-    *,
-    run_id: str,
-    started_at: str,
-    finished_at: str,
-    nodes: Sequence[Mapping[str, Any]],
-    fleet: str | None = None,
-    policy: Mapping[str, Any] | None = None,
-    ledger: str | None = None,
-) -> dict[str, Any]:
-    ordered = sorted((dict(n) for n in nodes), key=lambda n: str(n.get("name")))
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "verify",
-        "run_id": run_id,
-        "started_at": started_at,
-        "finished_at": finished_at,
-        "fleet": fleet,
-        "ledger": ledger,
-        "policy": dict(policy) if policy is not None else None,
-        "nodes": ordered,
-        "summary": summarize(ordered),
-    }
-    return doc
-
-
-# --------------------------------------------------------------------------- files
-def atomic_write(path: str | os.PathLike[str], data: str) -> None:
-    """Write ``data`` to ``path`` through a temp file + rename; ``-`` writes to stdout."""
-    if str(path) == "-":
-        from provisioner.redact import redact_known
-
-        sys.stdout.write(redact_known(data))
-        sys.stdout.flush()
-        return
-    from provisioner.fsutil import write_private
-    from provisioner.redact import redact_known
-
-    write_private(path, redact_known(data))  # 0600: reports name nodes, paths and the ledger
-
-
-def to_json(doc: Mapping[str, Any]) -> str:
-    return json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+# The documents, JSON and JUnit live in provisioner.reports (one module for every format of
+# verify and rollout); these names stay importable from here.
+from provisioner.reports import to_json
+from provisioner.reports.files import atomic_write
+from provisioner.reports.junit import verify_junit as to_junit
+from provisioner.reports.model import (
+    RESULT_COMPLIANT,
+    RESULT_ERROR,
+    RESULT_NOT_COMPLIANT,
+    RESULT_UNREACHABLE,
+    SCHEMA_VERSION,
+    build_report,
+    exit_code,
+    node_result,
+    summarize,
+)
 
 
 def write_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
     atomic_write(path, to_json(doc))
-
-
-def to_junit(doc: Mapping[str, Any]) -> str:
-    nodes = list(doc.get("nodes") or [])
-    root = ET.Element("testsuites", name="gdsfleet verify", tests="0", failures="0",
-                      errors="0", skipped="0")
-    totals = Counter[str]()
-    for n in nodes:
-        name = str(n.get("name"))
-        suite = ET.SubElement(root, "testsuite", name=name,
-                              timestamp=str(n.get("started_at") or doc.get("started_at") or ""),
-                              time=f"{float(n.get('duration_s') or 0):.3f}")
-        props = ET.SubElement(suite, "properties")
-        for key in ("route", "compliant", "reachable"):
-            ET.SubElement(props, "property", name=key, value=str(n.get(key)))
-        ET.SubElement(props, "property", name="run_id", value=str(doc.get("run_id")))
-        counts = Counter[str]()
-        checks = list(n.get("checks") or [])
-        if not n.get("reachable") or n.get("internal_error"):
-            case = ET.SubElement(suite, "testcase", name="reachable",
-                                 classname=f"gdsfleet.verify.{name}")
-            err = ET.SubElement(case, "error", message=str(n.get("error") or "unreachable"),
-                                type="internal" if n.get("internal_error") else "unreachable")
-            err.text = str(n.get("error") or "")
-            counts["tests"] += 1
-            counts["errors"] += 1
-        for c in checks:
-            cid = str(c.get("id"))
-            case = ET.SubElement(suite, "testcase", name=cid, classname=f"gdsfleet.verify.{name}")
-            counts["tests"] += 1
-            status = c.get("status")
-            detail = (
-                f"expected: {c.get('expected', '')}\nobserved: {c.get('observed', '')}\n"
-                f"{c.get('message', '')}"
-            )
-            if status == "fail":
-                f = ET.SubElement(case, "failure", message=str(c.get("message") or cid),
-                                  type="fail")
-                f.text = detail
-                counts["failures"] += 1
-            elif status == "skip":
-                ET.SubElement(case, "skipped", message=str(c.get("message") or ""))
-                counts["skipped"] += 1
-            elif status == "warn":
-                out = ET.SubElement(case, "system-out")
-                out.text = "WARNING\n" + detail
-        for k in ("tests", "failures", "errors", "skipped"):
-            suite.set(k, str(counts[k]))
-            totals[k] += counts[k]
-    for k in ("tests", "failures", "errors", "skipped"):
-        root.set(k, str(totals[k]))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def write_junit(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
@@ -294,6 +161,10 @@ def summary_line(doc: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "RESULT_COMPLIANT",
+    "RESULT_ERROR",
+    "RESULT_NOT_COMPLIANT",
+    "RESULT_UNREACHABLE",
     "SCHEMA_VERSION",
     "atomic_write",
     "build_report",

@@ -630,6 +630,48 @@ class Ledger:
             checks = self._checks(conn, [r["id"] for r in rows])
         return [_verification_dict(r, checks.get(r["id"], [])) for r in rows]
 
+    def run_verifications(self, run_id: str) -> list[dict[str, Any]]:
+        """Every verification of one run, oldest first, each with ``baseline`` and ``drift``
+        against the node's last compliant record *before* it (the rule of :meth:`latest`)."""
+        q = (
+            select(verifications)
+            .where(verifications.c.run_id == run_id)
+            .order_by(verifications.c.id)
+        )
+        with self._read() as conn:
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+            base_ids: dict[int, int] = {}
+            for r in rows:
+                vid = conn.execute(
+                    select(func.max(verifications.c.id)).where(
+                        verifications.c.node == r["node"],
+                        verifications.c.compliant.is_(True),
+                        verifications.c.id < r["id"],
+                    )
+                ).scalar()
+                if vid is not None:
+                    base_ids[int(r["id"])] = int(vid)
+            base_rows: dict[int, dict[str, Any]] = {}
+            if base_ids:
+                q2 = select(verifications).where(
+                    verifications.c.id.in_(sorted(set(base_ids.values())))
+                )
+                base_rows = {int(r["id"]): dict(r) for r in conn.execute(q2).mappings()}
+            checks = self._checks(conn, [r["id"] for r in rows] + list(base_rows))
+        out = []
+        for r in rows:
+            cur = _verification_dict(r, checks.get(r["id"], []))
+            base = base_rows.get(base_ids.get(int(r["id"]), -1))
+            baseline = _verification_dict(base, checks.get(base["id"], [])) if base else None
+            cur["baseline"] = (
+                {k: baseline[k] for k in ("id", "run_id", "at", "route", "failing")}
+                if baseline
+                else None
+            )
+            cur["drift"] = _drift(cur, baseline)
+            out.append(cur)
+        return out
+
     def raw_for(self, verification_id: int) -> dict[str, str]:
         with self._read() as conn:
             row = conn.execute(

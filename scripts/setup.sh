@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 apt_pkgs=(podman runc debootstrap openssh-client openssh-server xfsprogs e2fsprogs dpkg-dev
-          apt-utils gnupg sqlite3 python3-venv uidmap postgresql)
+          apt-utils gnupg sqlite3 python3-venv uidmap postgresql chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

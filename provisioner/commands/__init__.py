@@ -15,4 +15,5 @@ COMMANDS: dict[str, str] = {
     "plan": "plan",
     "rollout": "rollout",
     "export": "export",
+    "report": "report",
 }

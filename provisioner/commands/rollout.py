@@ -101,6 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
     o.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    o.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML report (opens without network)")
     o.add_argument("--events-log", metavar="FILE",
                    help="append per-host playbook events as JSON lines (default: runner/"
                         "events.jsonl beside a SQLite ledger)")
@@ -169,6 +171,7 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
 
     check_output_path("--json", args.json)
     check_output_path("--junit", args.junit, stdout_ok=False)
+    check_output_path("--html", getattr(args, "html", None), stdout_ok=False)
     from provisioner.rollout import playbooks
     from provisioner.rollout.adapters import checkout_collections
 
@@ -380,4 +383,10 @@ def run(args: argparse.Namespace) -> int:
         write_json(result, args.json, **extra)
     if args.junit:
         write_junit(result, args.junit)
+    if getattr(args, "html", None):
+        from provisioner.reports.cli import write_live
+        from provisioner.rollout.progress import report_dict
+
+        write_live(report_dict(result, **extra), html=args.html, location=location,
+                   run_id=result.run_id)
     return int(result.exit_code)

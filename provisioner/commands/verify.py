@@ -94,6 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
     out.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    out.add_argument("--html", metavar="FILE",
+                     help="write a self-contained HTML report (opens without network)")
+    out.add_argument("--prom-textfile", metavar="DIR",
+                     help="write DIR/gdsfleet.prom for node_exporter's textfile collector")
     out.add_argument("--details", action="store_true", help="list every check of every node")
     out.add_argument("-q", "--quiet", action="store_true", help="no per-node progress lines")
     out.add_argument("--ledger", metavar="PATH|URL",
@@ -129,6 +133,10 @@ def _validate(args: argparse.Namespace) -> None:
 
     check_output_path("--json", args.json)
     check_output_path("--junit", args.junit, stdout_ok=False)
+    check_output_path("--html", getattr(args, "html", None), stdout_ok=False)
+    from provisioner.reports.cli import check_prom_dir
+
+    check_prom_dir(getattr(args, "prom_textfile", None))
 
 
 def _policy_and_io(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -382,6 +390,11 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json, doc)
     if args.junit:
         write_junit(args.junit, doc)
+    if getattr(args, "html", None) or getattr(args, "prom_textfile", None):
+        from provisioner.reports.cli import write_live
+
+        write_live(doc, html=args.html, prom_dir=args.prom_textfile,
+                   location=location if not ledger_errors else None, run_id=run_id)
     if args.json != "-":
         render(doc, sys.stdout, details=args.details)
         if location and not ledger_errors:

@@ -2,18 +2,16 @@
 
 :class:`LiveObserver` draws a live view with rich (overall bar, wave bar, a table of per-node
 states); :class:`PlainObserver` prints one line per event when the output is not a terminal
-(CI logs, pipes). Both go to stderr so ``--json -`` keeps stdout clean. ``summary_table``,
-``write_json`` and ``write_junit`` render the final result.
+(CI logs, pipes). Both go to stderr so ``--json -`` keeps stdout clean. ``summary_table``
+renders the final result; the files (``write_json``, ``write_junit``, HTML) come from
+provisioner.reports.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
-import time
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -210,53 +208,20 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None) -> None:
                   f"exit {int(result.exit_code)}")
 
 
-def _atomic_write(path: str, data: str) -> None:
-    if path == "-":
-        from provisioner.redact import redact_known
-
-        sys.stdout.write(redact_known(data))
-        sys.stdout.flush()
-        return
-    from provisioner.fsutil import write_private
-    from provisioner.redact import redact_known
-
-    write_private(path, redact_known(data))  # 0600, atomic
-
-
 def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:
-    doc = {"kind": "rollout", "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                             time.gmtime())}
-    doc.update(result.to_dict())
-    doc.update(extra)
-    return doc
+    from provisioner.reports.model import rollout_report
+
+    return rollout_report(result, **extra)
 
 
 def write_json(result: RolloutResult, path: str, **extra: Any) -> None:
-    _atomic_write(path, json.dumps(report_dict(result, **extra), indent=2, default=str) + "\n")
+    from provisioner.reports import write_reports
+
+    write_reports(report_dict(result, **extra), json_path=path)
 
 
 def write_junit(result: RolloutResult, path: str) -> None:
     """One testsuite per wave, one testcase per node; failed/unreachable are failures."""
-    suites = ET.Element("testsuites", name=f"gdsfleet rollout {result.run_id}")
-    by_wave: dict[int, list[Any]] = {}
-    for n in result.nodes.values():
-        by_wave.setdefault(n.wave, []).append(n)
-    for w in result.plan.waves:
-        nodes = by_wave.get(w.index, [])
-        suite = ET.SubElement(suites, "testsuite", name=w.label, tests=str(len(nodes)))
-        fails = skipped = 0
-        for n in nodes:
-            case = ET.SubElement(suite, "testcase", classname=f"rollout.{w.label}",
-                                 name=n.name, time=f"{n.duration_s:.3f}")
-            if n.failure or n.step == FAILED:
-                fails += 1
-                el = ET.SubElement(case, "failure", message=f"{n.failure or n.step}: "
-                                   f"{n.reason}"[:500], type=n.failure or "failed")
-                el.text = json.dumps(n.to_dict(), indent=1, default=str)
-            elif n.step != COMPLIANT:
-                skipped += 1
-                ET.SubElement(case, "skipped", message=f"{n.step}: {n.reason}"[:500])
-        suite.set("failures", str(fails))
-        suite.set("skipped", str(skipped))
-    ET.indent(suites)
-    _atomic_write(path, ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n")
+    from provisioner.reports import write_reports
+
+    write_reports(report_dict(result), junit=path)

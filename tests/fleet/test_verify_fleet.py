@@ -158,7 +158,8 @@ def first_run(fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     ledger = out / "ledger.sqlite"
     rc = main(["verify", "-i", str(fleet.inventory), "--ledger", str(ledger), "--io-size", "4M",
                "--retries", "1", "--connect-timeout", "5", "--ssh-config", "none",
-               "--json", str(out / "report.json"), "--junit", str(out / "junit.xml")])
+               "--json", str(out / "report.json"), "--junit", str(out / "junit.xml"),
+               "--html", str(out / "report.html"), "--prom-textfile", str(out / "textfile")])
     doc = json.loads((out / "report.json").read_text())
     return {"rc": rc, "doc": doc, "by": {n["name"]: n for n in doc["nodes"]}, "dir": out,
             "ledger": ledger, "names": fleet.names, "ports": [n.port for n in fleet.nodes]}
@@ -275,14 +276,55 @@ def test_gdsio_runs_both_transfers_and_the_floor_decides(
     assert {c["id"]: c["status"] for c in node["checks"]}["gdsio.ratio"] == "pass"
 
 
+def test_html_and_textfile_of_the_real_run(first_run: dict[str, Any],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The nvfs node's real nvidia-fs counters and I/O figures reach the textfile; the same
+    run rendered later from the ledger gives the same figures."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names, out = first_run["names"], first_run["dir"]
+
+    def values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name not in ("gdsfleet_report_generated_timestamp_seconds",)}
+
+    live = values((out / "textfile" / "gdsfleet.prom").read_text())
+    node = first_run["by"][names[0]]
+    key = ("gdsfleet_nvfs_io_test_operations",
+           (("attempt", "direct"), ("node", names[0]), ("op", "write")))
+    assert live[key] == node["io_test"]["evidence"]["counter_delta_direct"]["writes_n"] > 0
+    key = ("gdsfleet_io_test_throughput_bytes_per_second",
+           (("direction", "read"), ("node", names[0])))
+    assert live[key] == pytest.approx(node["io_test"]["read_gbps"] * 1e9)
+    assert live[("gdsfleet_node_compliant", (("io_path", "direct"), ("node", names[1]),
+                                             ("route", "p2pdma")))] == 1
+    assert main(["report", first_run["doc"]["run_id"], "--ledger", str(first_run["ledger"]),
+                 "--prom-textfile", str(out / "again")]) == Exit.OK
+    capsys.readouterr()
+    assert values((out / "again" / "gdsfleet.prom").read_text()) == live
+    page = (out / "report.html").read_text()
+    assert f'id="failing-{names[2]}"' in page and f'id="failing-{names[0]}"' not in page
+
+
 def test_second_run_shows_drift(first_run: dict[str, Any], fleet: Any,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     names = first_run["names"]
     fleet.exec(names[0], "modprobe -r nvidia_fs")
     ledger = str(first_run["ledger"])
+    out = first_run["dir"] / "second"
     rc = main(["verify", "-i", str(fleet.inventory), "--ledger", ledger, "--io-size", "4M",
-               "--limit", ",".join(names[:6]), "-q", "--ssh-config", "none"])
+               "--limit", ",".join(names[:6]), "-q", "--ssh-config", "none",
+               "--html", str(out / "report.html"), "--prom-textfile", str(out)])
     assert rc == Exit.NOT_COMPLIANT
+    # the live reports carry the ledger's drift: the HTML marks it, the textfile says 1
+    from prometheus_client.parser import text_string_to_metric_families
+
+    drift = {s.labels["node"]: s.value for f in text_string_to_metric_families(
+        (out / "gdsfleet.prom").read_text()) if f.name == "gdsfleet_node_drift"
+        for s in f.samples}
+    assert drift == {n: (1.0 if n == names[0] else 0.0) for n in names[:6]}
+    assert f'id="failing-{names[0]}"' in (out / "report.html").read_text()
     capsys.readouterr()
     assert main(["status", "--ledger", ledger, "--json"]) == Exit.OK
     status = {n["node"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}

@@ -1,0 +1,55 @@
+"""Every report format of ``verify``, ``rollout`` and ``report RUN_ID``, from one place.
+
+The documents (:mod:`.model`) are built from the records the ledger holds (or the same
+records in memory during a live run); :func:`write_reports` renders them as JSON
+(docs/report-schema.md), JUnit XML, one self-contained HTML page and a Prometheus textfile
+(docs/reports.md), each written atomically by :func:`.files.atomic_write`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from provisioner.reports.files import atomic_write, umask_mode
+
+
+def to_json(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def write_prom_textfile(directory: str | os.PathLike[str], doc: Mapping[str, Any],
+                        *, now: float | None = None) -> Path:
+    """``DIR/gdsfleet.prom`` for node_exporter's textfile collector, atomically (0644 & umask:
+    node_exporter runs as its own user). Returns the file's path."""
+    from provisioner.reports.prom import FILENAME, to_prometheus
+
+    target = Path(directory).expanduser() / FILENAME
+    atomic_write(target, to_prometheus(doc, now=time.time() if now is None else now),
+                 mode=umask_mode())
+    return target
+
+
+def write_reports(doc: Mapping[str, Any], *, json_path: str | None = None,
+                  junit: str | None = None, html: str | None = None,
+                  prom_dir: str | None = None) -> None:
+    """Write each format asked for (``json_path`` may be ``-``: stdout)."""
+    if json_path:
+        atomic_write(json_path, to_json(doc))
+    if junit:
+        from provisioner.reports.junit import to_junit
+
+        atomic_write(junit, to_junit(doc))
+    if html:
+        from provisioner.reports.html import to_html
+
+        atomic_write(html, to_html(doc))
+    if prom_dir:
+        write_prom_textfile(prom_dir, doc)
+
+
+__all__ = ["atomic_write", "to_json", "write_prom_textfile", "write_reports"]

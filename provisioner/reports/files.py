@@ -1,0 +1,61 @@
+"""One atomic writer for every report file.
+
+Each file is written to a temporary file in the target's own directory (so the rename never
+crosses a filesystem), flushed and fsynced, given its mode, then renamed over the target: a
+reader (a person, CI, node_exporter's textfile collector) sees the old file or the new one,
+never half of one. ``-`` writes to stdout.
+
+Modes: reports hold node names, addresses and error text, so they are created 0600. The
+Prometheus textfile must be readable by node_exporter, which runs as its own user, so it is
+0644. Either is narrowed by the process umask (never wider than the operator allows).
+
+Whatever is written passes through ``provisioner.redact.redact_known`` first: a secret given to
+this process (extra vars, a ledger URL's password) never reaches a report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+PRIVATE = 0o600
+WORLD_READABLE = 0o644
+
+
+def umask_mode(mode: int = WORLD_READABLE) -> int:
+    """``mode`` narrowed by the current umask (read without changing it for long)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mode & ~mask
+
+
+def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
+    """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout."""
+    from provisioner.fsutil import current_umask
+    from provisioner.redact import redact_known
+
+    data = redact_known(data)
+    if str(path) == "-":
+        sys.stdout.write(data)
+        sys.stdout.flush()
+        return
+    target = Path(path).expanduser()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode & ~current_umask())
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["PRIVATE", "WORLD_READABLE", "atomic_write", "umask_mode"]

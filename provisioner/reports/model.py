@@ -1,0 +1,244 @@
+"""The report documents, built from the records the ledger holds.
+
+A verify run's document is the run envelope of docs/report-schema.md around the nodes'
+``NodeReport.to_dict()`` records; a rollout's is ``RolloutResult.to_dict()`` with ``kind``.
+:func:`from_ledger` rebuilds either from the ledger alone (``provisioner report RUN_ID``), and
+:func:`node_view` gives every renderer (HTML, Prometheus) the same per-node record for both
+kinds, with ``drift`` attached when the ledger knows the node's history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from provisioner.exitcodes import Exit
+
+SCHEMA_VERSION = 1
+
+RESULT_COMPLIANT = "COMPLIANT"
+RESULT_NOT_COMPLIANT = "NOT COMPLIANT"
+RESULT_UNREACHABLE = "UNREACHABLE"
+RESULT_ERROR = "ERROR"
+
+
+def node_result(node: Mapping[str, Any]) -> str:
+    """One word for a node: COMPLIANT, NOT COMPLIANT, UNREACHABLE or ERROR (a bug)."""
+    if node.get("internal_error"):
+        return RESULT_ERROR
+    if not node.get("reachable"):
+        return RESULT_UNREACHABLE
+    return RESULT_COMPLIANT if node.get("compliant") else RESULT_NOT_COMPLIANT
+
+
+def exit_code(nodes: Sequence[Mapping[str, Any]]) -> Exit:
+    """INTERNAL if verifying a node hit a bug, else UNREACHABLE > NOT_COMPLIANT > OK."""
+    results = {node_result(n) for n in nodes}
+    if RESULT_ERROR in results:
+        return Exit.INTERNAL
+    if RESULT_UNREACHABLE in results:
+        return Exit.UNREACHABLE
+    if RESULT_NOT_COMPLIANT in results:
+        return Exit.NOT_COMPLIANT
+    return Exit.OK
+
+
+def io_path(node: Mapping[str, Any]) -> str:
+    return str((node.get("io_test") or {}).get("path_taken"))
+
+
+def summarize(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    results = Counter(node_result(n) for n in nodes)
+    return {
+        "total": len(nodes),
+        "compliant": results[RESULT_COMPLIANT],
+        "not_compliant": results[RESULT_NOT_COMPLIANT],
+        "unreachable": results[RESULT_UNREACHABLE],
+        "errors": results[RESULT_ERROR],
+        "routes": dict(sorted(Counter(str(n.get("route")) for n in nodes).items())),
+        "paths": dict(sorted(Counter(io_path(n) for n in nodes).items())),
+        "exit_code": int(exit_code(nodes)),
+    }
+
+
+def build_report(
+    *,
+    run_id: str,
+    started_at: str,
+    finished_at: str,
+    nodes: Sequence[Mapping[str, Any]],
+    fleet: str | None = None,
+    policy: Mapping[str, Any] | None = None,
+    ledger: str | None = None,
+) -> dict[str, Any]:
+    """The verify document (docs/report-schema.md, run envelope)."""
+    ordered = sorted((dict(n) for n in nodes), key=lambda n: str(n.get("name")))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "verify",
+        "run_id": run_id,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "fleet": fleet,
+        "ledger": ledger,
+        "policy": dict(policy) if policy is not None else None,
+        "nodes": ordered,
+        "summary": summarize(ordered),
+    }
+
+
+def rollout_report(result: Any, **extra: Any) -> dict[str, Any]:
+    """The rollout document: ``RolloutResult.to_dict()`` with ``kind`` and ``generated_at``."""
+    doc: dict[str, Any] = {"kind": "rollout", "generated_at": _now()}
+    doc.update(result.to_dict())
+    doc.update(extra)
+    return doc
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# --------------------------------------------------------------------------- one view
+def _stand_in(n: Mapping[str, Any]) -> dict[str, Any]:
+    """A rollout node without a verification in the document, as a node record."""
+    failure = n.get("failure")
+    reason = str(n.get("reason") or "")
+    done = n.get("step") == "compliant"  # e.g. --no-verify, or finished in an earlier attempt
+    return {
+        "name": n.get("name"),
+        "reachable": failure != "unreachable",
+        "compliant": done,
+        "route": None,
+        "checks": [],
+        "io_test": {"path_taken": "skipped"},
+        "error": None if done else (f"{n.get('step')}: {reason}" if reason
+                                    else str(n.get("step"))),
+    }
+
+
+def node_view(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every node as a verification record (``NodeReport.to_dict()`` keys), for both kinds.
+
+    A rollout node carries its latest verification plus ``rollout`` {wave, step, reason,
+    failure}; a node the rollout never verified gets a stand-in record with the reason as
+    ``error``. ``drift`` (a list of reasons) is kept where the document has it.
+    """
+    out: list[dict[str, Any]] = []
+    if doc.get("kind") == "rollout":
+        for n in doc.get("nodes") or []:
+            rec = dict(n.get("verification") or _stand_in(n))
+            rec["name"] = n.get("name")
+            rec["rollout"] = {k: n.get(k) for k in ("wave", "step", "reason", "failure",
+                                                     "action")}
+            if n.get("step") != "compliant":
+                rec["compliant"] = False
+            if "drift" in n:
+                rec["drift"] = n["drift"]
+            out.append(rec)
+    else:
+        out = [dict(n) for n in doc.get("nodes") or []]
+    return sorted(out, key=lambda r: str(r.get("name")))
+
+
+# --------------------------------------------------------------------------- from the ledger
+def attach_drift(doc: dict[str, Any], drift: Mapping[str, list[str]]) -> dict[str, Any]:
+    """Set each node's ``drift`` (reasons; empty: none) from ``{node: reasons}``."""
+    for n in doc.get("nodes") or []:
+        name = str(n.get("name"))
+        if name in drift:
+            n["drift"] = list(drift[name])
+    return doc
+
+
+def from_ledger(ledger: Any, run_id: str, *, location: str | None = None) -> dict[str, Any]:
+    """Rebuild the report of run ``run_id`` from ``ledger`` (a :class:`Ledger`).
+
+    verify: the run envelope around each node's recorded report (raw outputs re-attached), as
+    ``verify --json`` wrote it. rollout: the run's plan (recorded with the run), every node's
+    last step and its latest verification in this run. Both carry ``drift`` per node: how the
+    node's record differs from its last compliant one before it (``provisioner status``'s rule).
+    """
+    from provisioner.errors import UsageError
+
+    run = ledger.get_run(run_id)
+    if run is None:  # a mistyped id, like history's unknown node: exit 64
+        raise UsageError(f"no run {run_id!r} in the ledger {location or ledger.location}; "
+                         f"`provisioner history NODE` lists the run ids, `latest` is the newest")
+    records = ledger.run_verifications(run_id)
+    drift = {r["node"]: r["drift"] for r in records}
+    if run["kind"] == "verify":
+        nodes = []
+        for r in records:
+            rep = dict(r["report"])
+            rep.setdefault("name", r["node"])
+            raw = ledger.raw_for(r["id"])
+            if raw:
+                rep["raw"] = raw
+            nodes.append(rep)
+        args = run.get("args") or {}
+        doc = build_report(run_id=run_id, started_at=run["started_at"],
+                           finished_at=run["finished_at"] or "", nodes=nodes,
+                           fleet=run["fleet"], policy=None, ledger=location)
+        doc["status"] = run["status"]
+        doc["args"] = args
+        return attach_drift(doc, drift)
+    return attach_drift(_rollout_from_ledger(ledger, run, records, location), drift)
+
+
+def _rollout_from_ledger(ledger: Any, run: Mapping[str, Any], records: list[dict[str, Any]],
+                         location: str | None) -> dict[str, Any]:
+    steps = ledger.node_steps(run["id"])
+    latest: dict[str, dict[str, Any]] = {}
+    for r in records:  # oldest first: the last one wins
+        latest[r["node"]] = dict(r["report"], name=r["node"])
+    plan = (run.get("args") or {}).get("plan")
+    nodes = []
+    for name in sorted(set(steps) | set(latest)):
+        st = steps.get(name) or {}
+        detail = st.get("detail") or {}
+        reason = detail.get("reason") or detail.get("message") or ""
+        nodes.append({
+            "name": name,
+            "wave": st.get("wave"),
+            "action": detail.get("action"),
+            "step": st.get("step"),
+            "reason": str(reason),
+            "failure": detail.get("failure"),
+            "verification": latest.get(name),
+            "updated_at": st.get("updated_at"),
+        })
+    counts = Counter(str(n["step"]) for n in nodes)
+    return {
+        "kind": "rollout",
+        "generated_at": _now(),
+        "run_id": run["id"],
+        "status": run["status"],
+        "started_at": run["started_at"],
+        "finished_at": run["finished_at"],
+        "fleet": run["fleet"],
+        "ledger": location,
+        "counts": dict(sorted(counts.items())),
+        "plan": plan,
+        "nodes": nodes,
+    }
+
+
+__all__ = [
+    "RESULT_COMPLIANT",
+    "RESULT_ERROR",
+    "RESULT_NOT_COMPLIANT",
+    "RESULT_UNREACHABLE",
+    "SCHEMA_VERSION",
+    "attach_drift",
+    "build_report",
+    "exit_code",
+    "from_ledger",
+    "io_path",
+    "node_result",
+    "node_view",
+    "rollout_report",
+    "summarize",
+]

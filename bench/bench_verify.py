@@ -129,6 +129,7 @@ def transport_probe(inventory: str, parallel: int, command: str) -> int:
     from provisioner.inventory import load_inventory
     from provisioner.ssh import SSHSettings, runner_factory
 
+    cpu0, t0 = time.process_time(), time.perf_counter()
     nodes = load_inventory(inventory).nodes
     make = runner_factory(SSHSettings(ssh_config=None))
 
@@ -137,6 +138,8 @@ def transport_probe(inventory: str, parallel: int, command: str) -> int:
             return r.run(command, timeout=60).exit_status
 
     res = run_parallel(nodes, one, parallel=parallel)
+    # the controller's work from the inventory on (interpreter start and imports left out)
+    print(f"PROBE cpu_s={time.process_time() - cpu0:.4f} wall_s={time.perf_counter() - t0:.4f}")
     bad = {h.name: h.error or h.value for h in res if h.error or h.value}
     if bad:
         print(bad, file=sys.stderr)
@@ -185,8 +188,9 @@ def aliased_inventory(lab: Any, path: Path, nodes: list[Any], n: int) -> Path:
 
 
 def controller_cost(lab: Any, nodes: list[Any], work: Path, repeat: int,
-                    sizes: tuple[int, ...] = CONTROLLER_SIZES) -> list[tuple[int, float, float]]:
-    """(hosts, wall s, controller CPU s) of the light command through verify's transport."""
+                    sizes: tuple[int, ...] = CONTROLLER_SIZES) -> list[tuple[float, ...]]:
+    """(hosts, process wall s, process CPU s, wall s and CPU s from the inventory load on) of
+    the light command through verify's transport."""
     rows = []
     for n in sizes:
         spread = nodes[:max(1, min(len(nodes), n))]
@@ -195,7 +199,7 @@ def controller_cost(lab: Any, nodes: list[Any], work: Path, repeat: int,
                   f"{len(spread)} node(s)", flush=True)
             continue
         inv = aliased_inventory(lab, work / f"inv-cc-{n}" / "hosts.yml", spread, n)
-        walls, cpus = [], []
+        walls, cpus, work_cpus, work_walls = [], [], [], []
         for _ in range(max(1, repeat)):
             dt, proc = timed([sys.executable, str(Path(__file__).resolve()),
                               "--transport-probe", str(inv), str(n)])
@@ -203,14 +207,20 @@ def controller_cost(lab: Any, nodes: list[Any], work: Path, repeat: int,
                 raise SystemExit(f"transport probe failed: {proc.stderr[-1500:]}")
             walls.append(dt)
             cpus.append(LAST_CPU_S[0])
-        rows.append((n, statistics.median(walls), statistics.median(cpus)))
-        print(f"  controller cost: {n:>3} hosts on {len(spread)} node(s): wall "
-              f"{rows[-1][1]:6.2f} s, controller CPU {rows[-1][2]:6.2f} s "
-              f"({rows[-1][2] / n:.3f} s per host)", flush=True)
+            probe = dict(kv.split("=") for line in proc.stdout.splitlines()
+                         if line.startswith("PROBE ") for kv in line.split()[1:])
+            work_cpus.append(float(probe["cpu_s"]))
+            work_walls.append(float(probe["wall_s"]))
+        rows.append((n, statistics.median(walls), statistics.median(cpus),
+                     statistics.median(work_walls), statistics.median(work_cpus)))
+        print(f"  controller cost: {n:>3} hosts on {len(spread)} node(s): process wall "
+              f"{rows[-1][1]:6.2f} s, CPU {rows[-1][2]:6.2f} s; from the inventory on: wall "
+              f"{rows[-1][3]:6.2f} s, CPU {rows[-1][4]:6.2f} s ({rows[-1][4] / n:.3f} s per "
+              f"host)", flush=True)
     return rows
 
 
-def print_controller_cost(cc: list[tuple[int, float, float]],
+def print_controller_cost(cc: list[tuple[float, ...]],
                           verify_rows: list[tuple[int, float, float, float]]) -> None:
     print()
     print("controller cost (the provisioner process itself: user + system CPU, getrusage):")
@@ -220,11 +230,16 @@ def print_controller_cost(cc: list[tuple[int, float, float]],
         for n, wall, cpu, _ in verify_rows:
             print(f"{n:>5}  {wall:13.2f}  {cpu:16.2f}  {cpu / n:23.3f}")
     if cc:
-        print(f"{'hosts':>5}  {'light cmd wall s':>16}  {'controller CPU s':>16}  "
-              f"{'CPU s per host':>14}  {'wall(N)/wall(1)':>15}")
-        for n, wall, cpu in cc:
-            print(f"{n:>5}  {wall:16.2f}  {cpu:16.2f}  {cpu / n:14.3f}  "
-                  f"{wall / cc[0][1]:15.2f}")
+        print("light command; 'process': the whole python process (start and imports, ~1 s, "
+              "included); 'work': from the inventory load to the last result")
+        print("(the work of 1 host includes loading ansible-core for the inventory; 'each "
+              "more host': (work CPU(N) - work CPU(1)) / (N - 1))")
+        print(f"{'hosts':>5}  {'process wall s':>14}  {'process CPU s':>13}  {'work wall s':>11}  "
+              f"{'work CPU s':>10}  {'CPU s each more host':>20}  {'work wall(N)/(1)':>16}")
+        for n, wall, cpu, wwall, wcpu in cc:
+            more = f"{(wcpu - cc[0][4]) / (n - 1):20.4f}" if n > 1 else f"{'-':>20}"
+            print(f"{int(n):>5}  {wall:14.2f}  {cpu:13.2f}  {wwall:11.2f}  {wcpu:10.2f}  "
+                  f"{more}  {wwall / cc[0][3]:16.2f}")
 
 
 def run_verify(inv: Path, n: int, io: str, out: Path) -> tuple[float, dict[str, Any]]:
@@ -309,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         light: list[tuple[int, float, float]] = []
         v_cpu: list[tuple[int, float, float, float]] = []
-        cc: list[tuple[int, float, float]] = []
+        cc: list[tuple[float, ...]] = []
         for n in sizes:
             inv = lab.inventory(work / f"inv-{n}" / "hosts.yml", nodes[:n])
             v_times, a_times, cpu_times = [], [], []

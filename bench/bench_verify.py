@@ -211,12 +211,20 @@ def controller_cost(lab: Any, nodes: list[Any], work: Path, repeat: int,
                          if line.startswith("PROBE ") for kv in line.split()[1:])
             work_cpus.append(float(probe["cpu_s"]))
             work_walls.append(float(probe["wall_s"]))
+        # provisioner verify itself on the same hosts: gather, parse, checks, report (on bare
+        # nodes the I/O test is skipped: no GDS stack there)
+        v_walls, v_cpus = [], []
+        for _ in range(max(1, repeat)):
+            dt, _doc = run_verify(inv, n, "1M", work / f"verify-cc-{n}.json")
+            v_walls.append(dt)
+            v_cpus.append(LAST_CPU_S[0])
         rows.append((n, statistics.median(walls), statistics.median(cpus),
-                     statistics.median(work_walls), statistics.median(work_cpus)))
+                     statistics.median(work_walls), statistics.median(work_cpus),
+                     statistics.median(v_walls), statistics.median(v_cpus)))
         print(f"  controller cost: {n:>3} hosts on {len(spread)} node(s): process wall "
               f"{rows[-1][1]:6.2f} s, CPU {rows[-1][2]:6.2f} s; from the inventory on: wall "
               f"{rows[-1][3]:6.2f} s, CPU {rows[-1][4]:6.2f} s ({rows[-1][4] / n:.3f} s per "
-              f"host)", flush=True)
+              f"host); verify wall {rows[-1][5]:6.2f} s, CPU {rows[-1][6]:6.2f} s", flush=True)
     return rows
 
 
@@ -236,10 +244,18 @@ def print_controller_cost(cc: list[tuple[float, ...]],
               "more host': (work CPU(N) - work CPU(1)) / (N - 1))")
         print(f"{'hosts':>5}  {'process wall s':>14}  {'process CPU s':>13}  {'work wall s':>11}  "
               f"{'work CPU s':>10}  {'CPU s each more host':>20}  {'work wall(N)/(1)':>16}")
-        for n, wall, cpu, wwall, wcpu in cc:
+        for n, wall, cpu, wwall, wcpu, *_ in cc:
             more = f"{(wcpu - cc[0][4]) / (n - 1):20.4f}" if n > 1 else f"{'-':>20}"
             print(f"{int(n):>5}  {wall:14.2f}  {cpu:13.2f}  {wwall:11.2f}  {wcpu:10.2f}  "
                   f"{more}  {wwall / cc[0][3]:16.2f}")
+        if len(cc[0]) > 5:
+            print("provisioner verify of the same hosts (bare nodes: gather, parse, checks, "
+                  "report; no I/O test), whole process:")
+            print(f"{'hosts':>5}  {'verify wall s':>13}  {'controller CPU s':>16}  "
+                  f"{'CPU s per node verified':>23}  {'CPU s each more node':>20}")
+            for n, *_, vwall, vcpu in cc:
+                more = f"{(vcpu - cc[0][6]) / (n - 1):20.4f}" if n > 1 else f"{'-':>20}"
+                print(f"{int(n):>5}  {vwall:13.2f}  {vcpu:16.2f}  {vcpu / n:23.3f}  {more}")
 
 
 def run_verify(inv: Path, n: int, io: str, out: Path) -> tuple[float, dict[str, Any]]:

@@ -4,13 +4,18 @@
    ``ansible-playbook playbooks/site.yml`` with the equivalent ``serial`` batches on 8 other
    fresh nodes (target ratio <= 1.10).
 2. Reconcile: a re-run of ``provisioner rollout`` over the compliant fleet vs the first rollout
-   with verification (target <= 0.25).
+   with verification (target <= 0.25), each with SSH pipelining and connection reuse (the
+   default) and with ``--no-pipelining``, on fresh fleets of their own, run at the same time
+   and printed side by side.
 3. Scale: planning 10,000 nodes (waves + actions from a ledger holding 10,000 latest records)
    and writing 10,000 node results to the ledger (targets < 1 s and < 5 s); the time ansible-core
    takes to load a 10,000-host inventory is printed beside it.
+4. Plan of a large inventory: ``provisioner plan -i F`` of a 10,000-host YAML inventory as a
+   whole process vs ``ansible-inventory -i F --list`` of the same file (median of a few runs
+   each; target ratio <= 1.2).
 
     .venv/bin/python bench/bench_rollout.py            # all three (brings fleets up and down)
-    .venv/bin/python bench/bench_rollout.py --only 3   # the scale figures only (no containers)
+    .venv/bin/python bench/bench_rollout.py --only 3 --only 4   # no containers
 
 Parts 1 and 2 run on the SIMULATED lab fleet (tests/harness): containers with stand-in
 hardware and packages, so the absolute times say nothing about real nodes; the ratios say how
@@ -54,8 +59,9 @@ def _timed(cmd: list[str], name: str, **kw: Any) -> tuple[float, int]:
     LOGS.mkdir(exist_ok=True)
     log = LOGS / f"{name}.log"
     t0 = time.perf_counter()
+    kw.setdefault("env", _env())
     with open(log, "w") as fh:
-        p = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+        p = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
                            text=True, check=False, **kw)
     dt = time.perf_counter() - t0
     if p.returncode != 0:
@@ -101,7 +107,8 @@ def private_repo() -> Iterator[dict[str, str]]:
 
 
 @contextmanager
-def fresh_fleet(nodes: int, route: str | None) -> Iterator[Path]:
+def fresh_fleet(nodes: int, route: str | None, tag: str = "ro",
+                port_base: int = 26400) -> Iterator[Path]:
     """A fresh simulated fleet of its own (never the operator's lab); yields its inventory.
 
     Built with the harness's Lab (tests/harness/lab.py) under a private name prefix, state
@@ -111,7 +118,7 @@ def fresh_fleet(nodes: int, route: str | None) -> Iterator[Path]:
 
     os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "harness" / "containers.conf"))
     state = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-rollout-"))
-    lab = labmod.Lab(state, prefix="gdsfleet-bench-ro", port_base=26400)
+    lab = labmod.Lab(state, prefix=f"gdsfleet-bench-{tag}", port_base=port_base)
     profiles = {str(i): route for i in range(1, nodes + 1)} if route else {}
     try:
         lab_nodes = lab.up(nodes, profiles)  # also builds the stand-in repository (cached)
@@ -137,34 +144,61 @@ def serial_playbook(tmp: Path) -> Path:
     return out
 
 
+# this checkout's provisioner (the console script may import another installed copy)
+PROV = [sys.executable, "-m", "provisioner.cli"]
+
+
 def part1_overhead(nodes: int, route: str | None) -> dict[str, float]:
-    prov = str(REPO / ".venv" / "bin" / "provisioner")
+    from provisioner.rollout.ansible_env import connection_env
+
     with tempfile.TemporaryDirectory() as tmp:
         pb = serial_playbook(Path(tmp))
         with fresh_fleet(nodes, route) as inv:
+            # the same SSH settings as the rollout's runs (pipelining, connection reuse)
             raw, rc_raw = _timed([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i",
-                                  str(inv), str(pb), "-f", "10"], "raw-ansible-playbook")
+                                  str(inv), str(pb), "-f", "10"], "raw-ansible-playbook",
+                                 env={**_env(), **connection_env()})
         with fresh_fleet(nodes, route) as inv:
             ledger = Path(tmp) / "ledger.sqlite"
-            roll, rc_roll = _timed([prov, "rollout", "-i", str(inv), "--ledger", str(ledger),
+            roll, rc_roll = _timed([*PROV, "rollout", "-i", str(inv), "--ledger", str(ledger),
                                     "--waves", WAVES, "--no-verify", "--plain",
                                     "--max-parallel", "10"], "rollout-no-verify")
     return {"raw_ansible_s": raw, "rollout_no_verify_s": roll, "ratio": roll / raw,
             "rc_raw": rc_raw, "rc_rollout": rc_roll}
 
 
-def part2_reconcile(nodes: int, io_size: str, route: str | None) -> dict[str, float]:
-    prov = str(REPO / ".venv" / "bin" / "provisioner")
-    with tempfile.TemporaryDirectory() as tmp, fresh_fleet(nodes, route) as inv:
+def part2_reconcile(nodes: int, io_size: str, route: str | None,
+                    pipelining: bool = True) -> dict[str, float]:
+    tag = "" if pipelining else "-no-pipelining"
+    fleet = ("rp", 26500) if pipelining else ("rn", 26600)  # both may run at once
+    with tempfile.TemporaryDirectory() as tmp, fresh_fleet(nodes, route, *fleet) as inv:
         ledger = Path(tmp) / "ledger.sqlite"
-        args = [prov, "rollout", "-i", str(inv), "--ledger", str(ledger), "--waves", WAVES,
+        args = [*PROV, "rollout", "-i", str(inv), "--ledger", str(ledger), "--waves", WAVES,
                 "--plain", "--max-parallel", "10", "--io-size", io_size,
                 # both routes need a reboot before they verify (DOCA's nvme; p2pdma's options)
-                "--allow-reboot"]
-        first, rc1 = _timed(args, "rollout-first")
-        again, rc2 = _timed(args, "rollout-reconcile")
+                "--allow-reboot"] + ([] if pipelining else ["--no-pipelining"])
+        env = {k: v for k, v in _env().items()  # the option decides, not this shell
+               if k not in ("ANSIBLE_PIPELINING", "ANSIBLE_SSH_PIPELINING", "ANSIBLE_SSH_ARGS")}
+        first, rc1 = _timed(args, f"rollout-first{tag}", env=env)
+        again, rc2 = _timed(args, f"rollout-reconcile{tag}", env=env)
     return {"first_rollout_s": first, "reconcile_s": again, "ratio": again / first,
             "rc_first": rc1, "rc_reconcile": rc2}
+
+
+def print_reconcile_table(rows: dict[str, dict[str, float]], nodes: int, io_size: str) -> None:
+    on, off = rows.get("pipelining"), rows.get("no_pipelining")
+    print(f"[2] {nodes} fresh simulated nodes per column, waves {WAVES}, --allow-reboot, "
+          f"io {io_size}:")
+    print(f"    {'':<28}{'pipelining + reuse':>20}{'--no-pipelining':>17}{'on/off':>8}")
+    for key, label in (("first_rollout_s", "first rollout (verify) s"),
+                       ("reconcile_s", "reconcile re-run s")):
+        a = on[key] if on else float("nan")
+        b = off[key] if off else float("nan")
+        print(f"    {label:<28}{a:>20.1f}{b:>17.1f}{a / b:>8.2f}")
+    for name, r in (("pipelining + reuse", on), ("--no-pipelining", off)):
+        if r:
+            print(f"    {name}: reconcile/first {r['ratio']:.3f} (target <= 0.25); exit codes "
+                  f"{int(r['rc_first'])}, {int(r['rc_reconcile'])}")
 
 
 def _report(name: str, i: int) -> dict[str, Any]:
@@ -227,16 +261,53 @@ def part3_scale(n: int = 10_000) -> dict[str, float]:
             "verify_only": plan.counts()["verify"]}
 
 
+def yaml_inventory(path: Path, n: int) -> Path:
+    """A YAML inventory of ``n`` hosts in gpu_nodes, distinct addresses, one group var."""
+    import yaml
+
+    hosts = {f"gpu-{i:05d}": {"ansible_host": f"10.{i // 62500}.{(i // 250) % 250}.{1 + i % 250}"}
+             for i in range(n)}
+    doc = {"all": {"vars": {"ansible_user": "root"},
+                   "children": {"gpu_nodes": {"hosts": hosts, "vars": {"gds_route": "nvfs"}}}}}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def part4_plan_vs_inventory(n: int = 10_000, runs: int = 3) -> dict[str, Any]:
+    """``provisioner plan -i F`` vs ``ansible-inventory -i F --list``, whole processes,
+    alternated, median of ``runs`` each."""
+    import statistics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inv = yaml_inventory(Path(tmp) / "hosts.yml", n)
+        ledger = Path(tmp) / "ledger.sqlite"  # not there: plan creates nothing
+        env = {**_env(), "ANSIBLE_DEPRECATION_WARNINGS": "False"}
+        ai, plan = [], []
+        for _ in range(runs):
+            dt, rc = _timed([str(REPO / ".venv" / "bin" / "ansible-inventory"), "-i", str(inv),
+                             "--list"], "ansible-inventory-list", env=env)
+            ai.append(dt if rc == 0 else float("nan"))
+            dt, rc = _timed([*PROV, "plan", "-i", str(inv), "--ledger", str(ledger)],
+                            "plan-10000", env=env)
+            plan.append(dt if rc == 0 else float("nan"))
+    a, p = statistics.median(ai), statistics.median(plan)
+    return {"nodes": n, "ansible_inventory_list_s": a, "plan_s": p, "ratio": p / a,
+            "runs_ansible_inventory": ai, "runs_plan": plan}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["1", "2", "3"], action="append")
+    ap.add_argument("--only", choices=["1", "2", "3", "4"], action="append")
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--io-size", default="16M")
     ap.add_argument("--route", choices=["nvfs", "p2pdma"], default=None,
                     help="node profile and gds_route of the fleets (default: the lab's)")
+    ap.add_argument("--columns", choices=["both", "on", "off"], default="both",
+                    help="part 2: with SSH pipelining and reuse (on), --no-pipelining (off), "
+                         "or both at once (default)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
-    parts = set(args.only or ["1", "2", "3"])
+    parts = set(args.only or ["1", "2", "3", "4"])
     if parts & {"1", "2"}:  # the roles by FQCN from this checkout (.lab/collections)
         subprocess.run(["bash", str(REPO / "scripts" / "install_collection.sh")], cwd=REPO,
                        env=_env(), check=True, stdout=subprocess.DEVNULL)
@@ -249,6 +320,15 @@ def main() -> int:
               f"{r['write_results_s']:.2f}s (target < 5 s; one transaction per node would take "
               f"~{r['write_one_per_txn_s_extrapolated']:.1f}s); ansible-core inventory load "
               f"{r['inventory_load_s']:.2f}s (not part of planning)", flush=True)
+    if "4" in parts:
+        r = part4_plan_vs_inventory()
+        out["plan_vs_inventory"] = r
+        print(f"[4] {r['nodes']}-host YAML inventory, whole processes, median of "
+              f"{len(r['runs_plan'])}: provisioner plan {r['plan_s']:.2f}s, ansible-inventory "
+              f"--list {r['ansible_inventory_list_s']:.2f}s: ratio {r['ratio']:.2f} "
+              f"(target <= 1.2; runs: plan "
+              f"{', '.join(f'{x:.2f}' for x in r['runs_plan'])}; ansible-inventory "
+              f"{', '.join(f'{x:.2f}' for x in r['runs_ansible_inventory'])})", flush=True)
     if "1" in parts:
         r = part1_overhead(args.nodes, args.route)
         out["overhead"] = r
@@ -258,11 +338,25 @@ def main() -> int:
               f"{r['rollout_no_verify_s']:.1f}s: ratio {r['ratio']:.3f} (target <= 1.10)",
               flush=True)
     if "2" in parts:
-        r = part2_reconcile(args.nodes, args.io_size, args.route)
-        out["reconcile"] = r
-        print(f"[2] first rollout (verify, io {args.io_size}) {r['first_rollout_s']:.1f}s, "
-              f"reconcile re-run {r['reconcile_s']:.1f}s: ratio {r['ratio']:.3f} "
-              f"(target <= 0.25)", flush=True)
+        rows: dict[str, dict[str, float]] = {}
+        columns = {"on": [("pipelining", True)], "off": [("no_pipelining", False)],
+                   "both": [("pipelining", True), ("no_pipelining", False)]}[args.columns]
+
+        def column(key: str, on: bool) -> None:
+            rows[key] = part2_reconcile(args.nodes, args.io_size, args.route, pipelining=on)
+            r = rows[key]
+            print(f"    ({key}: first {r['first_rollout_s']:.1f}s, reconcile "
+                  f"{r['reconcile_s']:.1f}s)", flush=True)
+
+        # both columns at the same time, on fleets of their own: they share whatever else
+        # loads the machine, instead of one column getting a quiet hour and the other a busy one
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(columns)) as pool:
+            for fut in [pool.submit(column, key, on) for key, on in columns]:
+                fut.result()
+        out["reconcile"] = rows
+        print_reconcile_table(rows, args.nodes, args.io_size)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0

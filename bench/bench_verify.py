@@ -18,7 +18,16 @@ its own transport (inventory, bounded parallel pool, one paramiko connection per
 path of ``verify``), Ansible through ``-m shell``. With node-side work this small, the figures
 show what each orchestrator itself costs as N grows.
 
+Third part (controller cost, on by default; ``--controller-only`` runs it alone on 8 bare
+nodes): what the controller itself spends. Its CPU seconds (user + system of the provisioner
+process, from getrusage) per node verified in the first part, and, for the light command at
+1, 8, 32 and 64 inventory hosts, the wall time and the controller's CPU per host. The hosts
+beyond the fleet's size are more inventory names for the same simulated nodes (round robin,
+at most 8 connections per node's sshd at once): on a 2-core machine the nodes' own work
+cannot scale, the controller's cost per host is what this part shows.
+
     .venv/bin/python bench/bench_verify.py                    # 1, 8, 32 nodes
+    .venv/bin/python bench/bench_verify.py --controller-only  # controller cost alone (8 nodes)
     .venv/bin/python bench/bench_verify.py --sizes 1,8 --io-size 1M --repeat 1
 """
 
@@ -27,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import secrets
 import shlex
 import socket
@@ -119,6 +129,7 @@ def transport_probe(inventory: str, parallel: int, command: str) -> int:
     from provisioner.inventory import load_inventory
     from provisioner.ssh import SSHSettings, runner_factory
 
+    cpu0, t0 = time.process_time(), time.perf_counter()
     nodes = load_inventory(inventory).nodes
     make = runner_factory(SSHSettings(ssh_config=None))
 
@@ -127,17 +138,124 @@ def transport_probe(inventory: str, parallel: int, command: str) -> int:
             return r.run(command, timeout=60).exit_status
 
     res = run_parallel(nodes, one, parallel=parallel)
+    # the controller's work from the inventory on (interpreter start and imports left out)
+    print(f"PROBE cpu_s={time.process_time() - cpu0:.4f} wall_s={time.perf_counter() - t0:.4f}")
     bad = {h.name: h.error or h.value for h in res if h.error or h.value}
     if bad:
         print(bad, file=sys.stderr)
     return 1 if bad else 0
 
 
+# CPU seconds (user + system) of the last process timed() ran, from getrusage
+LAST_CPU_S: list[float] = [0.0]
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run ``cmd``; its wall time, and its CPU time (with its own children) in LAST_CPU_S."""
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True,
                           check=False, timeout=1800)
-    return time.perf_counter() - t0, proc
+    dt = time.perf_counter() - t0
+    LAST_CPU_S[0] = _children_cpu() - cpu0
+    return dt, proc
+
+
+CONTROLLER_SIZES = (1, 8, 32, 64)
+MAX_PER_NODE = 8  # connections at once to one simulated node's sshd (MaxStartups 10 by default)
+
+
+def aliased_inventory(lab: Any, path: Path, nodes: list[Any], n: int) -> Path:
+    """An inventory of ``n`` host names spread round robin over ``nodes`` (same address and
+    port for the aliases of one node: ``verify``'s transport accepts that, rollout does not)."""
+    import yaml
+
+    base = lab.inventory(path.with_name("base-" + path.name), nodes)
+    doc = yaml.safe_load(base.read_text())
+    real = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    names = list(real)
+    doc["all"]["children"]["gpu_nodes"]["hosts"] = {
+        f"h{i:03d}-{names[i % len(names)]}": dict(real[names[i % len(names)]]) for i in range(n)
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def controller_cost(lab: Any, nodes: list[Any], work: Path, repeat: int,
+                    sizes: tuple[int, ...] = CONTROLLER_SIZES) -> list[tuple[float, ...]]:
+    """(hosts, process wall s, process CPU s, wall s and CPU s from the inventory load on) of
+    the light command through verify's transport."""
+    rows = []
+    for n in sizes:
+        spread = nodes[:max(1, min(len(nodes), n))]
+        if n > MAX_PER_NODE * len(spread):
+            print(f"  skipping {n} hosts: more than {MAX_PER_NODE} per node on "
+                  f"{len(spread)} node(s)", flush=True)
+            continue
+        inv = aliased_inventory(lab, work / f"inv-cc-{n}" / "hosts.yml", spread, n)
+        walls, cpus, work_cpus, work_walls = [], [], [], []
+        for _ in range(max(1, repeat)):
+            dt, proc = timed([sys.executable, str(Path(__file__).resolve()),
+                              "--transport-probe", str(inv), str(n)])
+            if proc.returncode != 0:
+                raise SystemExit(f"transport probe failed: {proc.stderr[-1500:]}")
+            walls.append(dt)
+            cpus.append(LAST_CPU_S[0])
+            probe = dict(kv.split("=") for line in proc.stdout.splitlines()
+                         if line.startswith("PROBE ") for kv in line.split()[1:])
+            work_cpus.append(float(probe["cpu_s"]))
+            work_walls.append(float(probe["wall_s"]))
+        # provisioner verify itself on the same hosts: gather, parse, checks, report (on bare
+        # nodes the I/O test is skipped: no GDS stack there)
+        v_walls, v_cpus = [], []
+        for _ in range(max(1, repeat)):
+            dt, _doc = run_verify(inv, n, "1M", work / f"verify-cc-{n}.json")
+            v_walls.append(dt)
+            v_cpus.append(LAST_CPU_S[0])
+        rows.append((n, statistics.median(walls), statistics.median(cpus),
+                     statistics.median(work_walls), statistics.median(work_cpus),
+                     statistics.median(v_walls), statistics.median(v_cpus)))
+        print(f"  controller cost: {n:>3} hosts on {len(spread)} node(s): process wall "
+              f"{rows[-1][1]:6.2f} s, CPU {rows[-1][2]:6.2f} s; from the inventory on: wall "
+              f"{rows[-1][3]:6.2f} s, CPU {rows[-1][4]:6.2f} s ({rows[-1][4] / n:.3f} s per "
+              f"host); verify wall {rows[-1][5]:6.2f} s, CPU {rows[-1][6]:6.2f} s", flush=True)
+    return rows
+
+
+def print_controller_cost(cc: list[tuple[float, ...]],
+                          verify_rows: list[tuple[int, float, float, float]]) -> None:
+    print()
+    print("controller cost (the provisioner process itself: user + system CPU, getrusage):")
+    if verify_rows:
+        print(f"{'nodes':>5}  {'verify wall s':>13}  {'controller CPU s':>16}  "
+              f"{'CPU s per node verified':>23}")
+        for n, wall, cpu, _ in verify_rows:
+            print(f"{n:>5}  {wall:13.2f}  {cpu:16.2f}  {cpu / n:23.3f}")
+    if cc:
+        print("light command; 'process': the whole python process (start and imports, ~1 s, "
+              "included); 'work': from the inventory load to the last result")
+        print("(the work of 1 host includes loading ansible-core for the inventory; 'each "
+              "more host': (work CPU(N) - work CPU(1)) / (N - 1))")
+        print(f"{'hosts':>5}  {'process wall s':>14}  {'process CPU s':>13}  {'work wall s':>11}  "
+              f"{'work CPU s':>10}  {'CPU s each more host':>20}  {'work wall(N)/(1)':>16}")
+        for n, wall, cpu, wwall, wcpu, *_ in cc:
+            more = f"{(wcpu - cc[0][4]) / (n - 1):20.4f}" if n > 1 else f"{'-':>20}"
+            print(f"{int(n):>5}  {wall:14.2f}  {cpu:13.2f}  {wwall:11.2f}  {wcpu:10.2f}  "
+                  f"{more}  {wwall / cc[0][3]:16.2f}")
+        if len(cc[0]) > 5:
+            print("provisioner verify of the same hosts (bare nodes: gather, parse, checks, "
+                  "report; no I/O test), whole process:")
+            print(f"{'hosts':>5}  {'verify wall s':>13}  {'controller CPU s':>16}  "
+                  f"{'CPU s per node verified':>23}  {'CPU s each more node':>20}")
+            for n, *_, vwall, vcpu in cc:
+                more = f"{(vcpu - cc[0][6]) / (n - 1):20.4f}" if n > 1 else f"{'-':>20}"
+                print(f"{int(n):>5}  {vwall:13.2f}  {vcpu:16.2f}  {vcpu / n:23.3f}  {more}")
 
 
 def run_verify(inv: Path, n: int, io: str, out: Path) -> tuple[float, dict[str, Any]]:
@@ -171,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="leave the fleet running")
     ap.add_argument("--no-light", dest="light", action="store_false",
                     help="skip the light-command comparison")
+    ap.add_argument("--no-controller-cost", dest="controller_cost", action="store_false",
+                    help="skip the controller-cost part")
+    ap.add_argument("--controller-only", action="store_true",
+                    help="only the controller-cost part, on 8 bare simulated nodes")
     ap.add_argument("--transport-probe", nargs=2, metavar=("INVENTORY", "N"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -179,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     io_bytes = parse_size(args.io_size)
     biggest = sizes[-1]
+    if args.controller_only:
+        return controller_only(args.repeat)
 
     work = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-verify-"))
     lab = labmod.Lab(work / "lab", prefix=f"gdsfleet-bv-{secrets.token_hex(2)}",
@@ -215,17 +339,21 @@ def main(argv: list[str] | None = None) -> int:
         cmd = ansible_command(io_bytes)
         rows = []
         light: list[tuple[int, float, float]] = []
+        v_cpu: list[tuple[int, float, float, float]] = []
+        cc: list[tuple[float, ...]] = []
         for n in sizes:
             inv = lab.inventory(work / f"inv-{n}" / "hosts.yml", nodes[:n])
-            v_times, a_times = [], []
+            v_times, a_times, cpu_times = [], [], []
             doc: dict[str, Any] = {}
             for _ in range(max(1, args.repeat)):
                 dt, doc = run_verify(inv, n, args.io_size, work / f"verify-{n}.json")
                 v_times.append(dt)
+                cpu_times.append(LAST_CPU_S[0])
                 a_times.append(run_ansible(inv, n, cmd))
             s = doc["summary"]
             v, a = statistics.median(v_times), statistics.median(a_times)
             rows.append((n, v, a, s))
+            v_cpu.append((n, v, statistics.median(cpu_times), 0.0))
             print(f"  N={n:<3} verify {v:6.2f} s   ansible ad-hoc {a:6.2f} s   "
                   f"({s['compliant']}/{s['total']} compliant, {s['unreachable']} unreachable; "
                   f"runs: verify {', '.join(f'{x:.2f}' for x in v_times)}; ansible "
@@ -242,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                 light.append((n, statistics.median(lt_p), statistics.median(lt_a)))
                 print(f"        light command: provisioner transport {light[-1][1]:6.2f} s   "
                       f"ansible ad-hoc {light[-1][2]:6.2f} s", flush=True)
+        if args.controller_cost:
+            cc = controller_cost(lab, nodes[:MAX_PER_NODE], work, args.repeat)
     finally:
         if not args.keep:
             lab.down()
@@ -267,6 +397,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>5}  {p_:13.2f}  {a_:9.2f}  {p_ / lb:15.2f}  {a_ / p_:12.2f}")
     print(f"(io-size {args.io_size}, median of {args.repeat}, parallel = forks = N; "
           f"ansible command: {shlex.quote(cmd[:60])}...)")
+    print_controller_cost(cc, v_cpu)
+    return 0
+
+
+def controller_only(repeat: int) -> int:
+    """The controller-cost part alone, on 8 bare simulated nodes (no GDS stack needed)."""
+    from tests.harness import lab as labmod
+
+    work = Path(tempfile.mkdtemp(prefix="gdsfleet-bench-verify-"))
+    lab = labmod.Lab(work / "lab", prefix=f"gdsfleet-bv-{secrets.token_hex(2)}",
+                     port_base=_free_port_base(MAX_PER_NODE))
+    print(f"SIMULATED lab: bringing up {MAX_PER_NODE} bare node(s) ({os.cpu_count()} cores) ...",
+          flush=True)
+    try:
+        nodes = lab.up(MAX_PER_NODE)
+        cc = controller_cost(lab, nodes, work, repeat)
+    finally:
+        lab.down()
+    print_controller_cost(cc, [])
+    print(f"(light command through verify's transport, parallel = hosts, median of {repeat})")
     return 0
 
 

@@ -76,6 +76,9 @@ class Inventory:
 
     source: str
     nodes: tuple[Node, ...]
+    # ansible-core's InventoryManager it was read with (answers host patterns without a
+    # second parse of the source); None when built by hand
+    manager: Any = field(default=None, compare=False, hash=False, repr=False)
 
     def names(self) -> list[str]:
         return [n.name for n in self.nodes]
@@ -277,7 +280,7 @@ def load_inventory(
         for host in selected:
             groups = [g.name for g in host.get_groups() if g.name not in ("all", "ungrouped")]
             nodes.append(_node_from_vars(host.name, groups, dict(host.vars)))
-    return Inventory(source=str(path), nodes=tuple(nodes))
+    return Inventory(source=str(path), nodes=tuple(nodes), manager=manager)
 
 
 _PLUGINS_READY = False
@@ -307,13 +310,39 @@ def _parse_strict(manager: Any, source: str) -> None:
     from ansible import constants as C
 
     old_unparsed, old_any = C.INVENTORY_UNPARSED_IS_FAILED, C.INVENTORY_ANY_UNPARSED_IS_FAILED
+    old_enabled = C.INVENTORY_ENABLED
     C.INVENTORY_UNPARSED_IS_FAILED = True
     C.INVENTORY_ANY_UNPARSED_IS_FAILED = True
+    if _plain_yaml_file(source) and "yaml" in _plugin_names(old_enabled):
+        # A YAML inventory that names no plugin: the 'auto' plugin would read the whole file
+        # only to find no 'plugin' key, before the 'yaml' plugin reads it again.
+        C.INVENTORY_ENABLED = ["ansible.builtin.yaml"]
     try:
         manager.parse_sources(cache=False)
     finally:
         C.INVENTORY_UNPARSED_IS_FAILED = old_unparsed
         C.INVENTORY_ANY_UNPARSED_IS_FAILED = old_any
+        C.INVENTORY_ENABLED = old_enabled
+
+
+# a key named plugin anywhere: block style at any indentation, or in a flow mapping
+_PLUGIN_KEY = re.compile(r"""(^|[{,])\s*["']?plugin["']?\s*:""", re.MULTILINE)
+
+
+def _plugin_names(enabled: Iterable[str]) -> set[str]:
+    return {name.rsplit(".", 1)[-1] for name in enabled}
+
+
+def _plain_yaml_file(source: str) -> bool:
+    """A .yml/.yaml file with no ``plugin:`` key anywhere (so not an inventory plugin's
+    config): only the ``yaml`` inventory plugin can read it."""
+    if not source.endswith((".yml", ".yaml")) or not os.path.isfile(source):
+        return False
+    try:
+        with open(source, encoding="utf-8", errors="replace") as fh:
+            return _PLUGIN_KEY.search(fh.read()) is None
+    except OSError:
+        return False
 
 
 SITE_TARGET_DEFAULT = "gpu_nodes"
@@ -346,7 +375,7 @@ def selection_problems(
         else:
             seen[key] = n.name
     if target_pattern:
-        targeted = hosts_matching(inventory.source, target_pattern)
+        targeted = _targeted(inventory, target_pattern)
         outside = [n.name for n in inventory.nodes if n.name not in targeted]
         if outside:
             problems.append(
@@ -354,6 +383,19 @@ def selection_problems(
                 f"targets (gds_target): add them to the group, or leave them out with --limit"
             )
     return problems
+
+
+def _targeted(inventory: Inventory, pattern: str) -> set[str]:
+    """hosts_matching on the inventory as loaded (no second parse), the --limit ignored."""
+    if inventory.manager is None:
+        return hosts_matching(inventory.source, pattern)
+    from ansible.errors import AnsibleError
+
+    try:
+        return {h.name for h in inventory.manager.get_hosts(pattern, ignore_limits=True,
+                                                             ignore_restrictions=True)}
+    except AnsibleError as exc:
+        raise InventoryError(f"host pattern {pattern!r}: {exc}") from exc
 
 
 def hosts_matching(source: str | os.PathLike[str], pattern: str) -> set[str]:

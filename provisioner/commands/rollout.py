@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="SECONDS",
                    help="deadline of one wave's playbook run (default %(default)s = 4 h; "
                         "0: no deadline)")
+    c.add_argument("--no-pipelining", action="store_true",
+                   help="run the playbooks without SSH pipelining and connection reuse (for "
+                        "nodes whose sudo requires a tty); see docs/performance.md")
 
     v = p.add_argument_group("verification (the gate)")
     v.add_argument("--policy", metavar="FILE", help="policy YAML")
@@ -176,6 +179,9 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     from provisioner.rollout.adapters import checkout_collections
 
     env = playbooks.ansible_env()
+    from provisioner.rollout.ansible_env import connection_env
+
+    env.update(connection_env(pipelining=not getattr(args, "no_pipelining", False)))
     lab = checkout_collections()
     if "ANSIBLE_COLLECTIONS_PATH" not in env and lab is not None:
         # a checkout (editable install): where scripts/install_collection.sh installs it

@@ -1,0 +1,80 @@
+"""SSH settings of the playbook runs ``provisioner rollout`` drives: pipelining and reuse.
+
+Without pipelining, every task of a playbook costs several SSH round trips (make a remote
+temporary directory, copy the module over, run it, remove the directory); with it, one (the
+module goes through the command's stdin). Connection reuse (OpenSSH ``ControlMaster``) lets
+those sessions, and the next playbook run against the same node within ``ControlPersist``,
+share one authenticated connection instead of a new handshake each.
+
+The settings go to the ``ansible-playbook`` child as environment variables (Ansible reads them
+before ``ansible.cfg``), so the operator's own config file is not rewritten. A variable already
+set in the provisioner's environment (``ANSIBLE_PIPELINING=False``, ``ANSIBLE_SSH_ARGS=...``)
+is left as it is. Host-key checking stays strict: ``StrictHostKeyChecking=yes`` is part of the
+SSH arguments (OpenSSH keeps the first value it is given for an option, and these come before
+the inventory's ``ansible_ssh_common_args``), and ``ANSIBLE_HOST_KEY_CHECKING`` stays on.
+
+Pipelining needs ``sudo`` without ``requiretty`` on the nodes when a play uses ``become``
+(Debian's and Ubuntu's default); ``provisioner rollout --no-pipelining`` turns both settings
+off for fleets where that does not hold.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+
+# The SSH arguments of the playbook runs (Ansible's own default is
+# "-C -o ControlMaster=auto -o ControlPersist=60s": kept, plus strict host keys).
+SSH_ARGS = ("-C -o ControlMaster=auto -o ControlPersist=60s "
+            "-o StrictHostKeyChecking=yes")
+# Without reuse: every SSH session is a connection of its own (the comparison baseline).
+SSH_ARGS_NO_REUSE = "-C -o ControlMaster=no -o ControlPath=none -o StrictHostKeyChecking=yes"
+# A Unix socket path holds 108 bytes on Linux, 104 on macOS. Ansible names each socket with a
+# 10-character hash of (host, port, user) and OpenSSH appends ".XXXXXXXXXXXXXXXX" while it
+# binds: a folder name longer than this would make the ControlPath fail.
+_MAX_DIR_LEN = 104 - 1 - 10 - 17
+
+_control_dir: str | None = None
+
+
+def control_dir() -> str:
+    """A private (0700) folder for this process's SSH control sockets, removed at exit.
+
+    Short on purpose: a Unix socket's path is limited to about 100 bytes, and a long
+    ``$TMPDIR`` (macOS) would make OpenSSH refuse the ControlPath.
+    """
+    global _control_dir
+    if _control_dir is None or not os.path.isdir(_control_dir):
+        base = tempfile.gettempdir()
+        if len(base) > _MAX_DIR_LEN - 21 and os.path.isdir("/tmp"):
+            base = "/tmp"
+        path = tempfile.mkdtemp(prefix="gdsfleet-cp-", dir=base)  # mode 0700
+        os.chmod(path, 0o700)
+        _control_dir = path
+        atexit.register(shutil.rmtree, path, True)
+    return _control_dir
+
+
+def connection_env(pipelining: bool = True,
+                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment variables for the playbook runs: pipelining and SSH connection reuse on
+    (``pipelining=True``) or both off; keys already set in ``environ`` (default
+    ``os.environ``) are left out so the operator's explicit choice wins."""
+    environ = os.environ if environ is None else environ
+    if pipelining:
+        env = {
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_SSH_ARGS": SSH_ARGS,
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir(),
+        }
+    else:
+        env = {"ANSIBLE_PIPELINING": "False", "ANSIBLE_SSH_ARGS": SSH_ARGS_NO_REUSE}
+    # both spellings Ansible reads: an operator's ANSIBLE_SSH_PIPELINING also counts as a choice
+    if "ANSIBLE_SSH_PIPELINING" in environ:
+        env.pop("ANSIBLE_PIPELINING", None)
+    env = {k: v for k, v in env.items() if k not in environ}
+    env["ANSIBLE_HOST_KEY_CHECKING"] = "True"  # never the operator's False (runner sets it too)
+    return env

@@ -1,0 +1,105 @@
+"""``provisioner plan`` of a large inventory: one parse of the source, a summary by default.
+
+Figures (plan vs ``ansible-inventory --list`` of a 10,000-host YAML inventory) are in
+bench/bench_rollout.py part 4; these tests check the behaviour that makes them possible.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner.cli import main
+from provisioner.exitcodes import Exit
+from provisioner.inventory import _plain_yaml_file, load_inventory, selection_problems
+
+N = 60  # above plan's FULL_TABLE_MAX (50)
+
+
+def _inventory(tmp_path: Path, n: int = N, extra: dict | None = None) -> Path:
+    hosts = {f"gpu-{i:03d}": {"ansible_host": f"10.0.0.{i + 1}"} for i in range(n)}
+    children: dict = {"gpu_nodes": {"hosts": hosts, "vars": {"gds_route": "p2pdma"}}}
+    children.update(extra or {})
+    doc = {"all": {"vars": {"ansible_user": "root"}, "children": children}}
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _parses(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Record each parse: the inventory plugins enabled while it ran."""
+    from ansible import constants as C
+    from ansible.inventory.manager import InventoryManager
+
+    seen: list[list[str]] = []
+    real = InventoryManager.parse_sources
+
+    def spy(self: InventoryManager, cache: bool = False) -> None:
+        seen.append(list(C.INVENTORY_ENABLED))
+        real(self, cache=cache)
+
+    monkeypatch.setattr(InventoryManager, "parse_sources", spy)
+    return seen
+
+
+def test_one_parse_only_the_yaml_plugin_and_the_limit_ignored_by_the_target_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = {"other": {"hosts": {"login-1": {"ansible_host": "10.0.1.1"}}}}
+    path = _inventory(tmp_path, 3, outside)
+    seen = _parses(monkeypatch)
+    inv = load_inventory(path, "gpu-001:login-1")
+    assert inv.names() == ["gpu-001", "login-1"]
+    assert inv.nodes[0].vars["gds_route"] == "p2pdma" and inv.nodes[0].user == "root"
+    problems = selection_problems(inv)
+    # login-1 is outside gpu_nodes, found on the manager already loaded (no second parse)
+    assert len(problems) == 1 and problems[0].startswith("login-1 not in 'gpu_nodes'")
+    assert seen == [["ansible.builtin.yaml"]]
+    from ansible import constants as C
+
+    assert "auto" in C.INVENTORY_ENABLED  # restored for everything else
+
+
+def test_plugin_configs_and_other_formats_keep_every_plugin(tmp_path: Path) -> None:
+    cfg = tmp_path / "cloud.yml"
+    cfg.write_text("plugin: ansible.builtin.constructed\nstrict: true\n")
+    assert not _plain_yaml_file(str(cfg))
+    quoted = tmp_path / "quoted.yaml"
+    quoted.write_text('{"plugin": "ansible.builtin.constructed"}\n')
+    assert not _plain_yaml_file(str(quoted))
+    ini = tmp_path / "hosts"
+    ini.write_text("[gpu_nodes]\nn1 ansible_host=10.0.0.1\n")
+    assert not _plain_yaml_file(str(ini)) and not _plain_yaml_file(str(tmp_path))
+    assert _plain_yaml_file(str(_inventory(tmp_path)))
+    # a plugin config still goes through 'auto' (constructed with no sources: zero hosts)
+    with pytest.raises(Exception, match="holds no hosts"):
+        load_inventory(cfg)
+
+
+def test_large_plan_prints_a_summary_and_every_node_on_request(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _inventory(tmp_path)
+    ledger = tmp_path / "none.sqlite"
+    base = ["plan", "-i", str(path), "--ledger", str(ledger), "--waves", "1,5,100%"]
+    assert main(base) == Exit.OK
+    out = capsys.readouterr().out
+    assert "gpu-000" in out and "gpu-059" not in out
+    assert "54 provision + verify" in out and "(+49)" in out and "--all-nodes" in out
+    assert main([*base, "--all-nodes"]) == Exit.OK
+    lines = capsys.readouterr().out.splitlines()
+    rows = [ln for ln in lines if ln.startswith(("canary", "wave "))][1:]  # after the header
+    assert len(rows) == N and rows[-1].split()[:4] == ["wave", "2", "gpu-059", "provision"]
+    assert main([*base, "--json", "-"]) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert sum(len(w["nodes"]) for w in doc["waves"]) == N
+    assert not ledger.exists()
+
+
+def test_small_plan_still_lists_every_node(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path = _inventory(tmp_path, 4)
+    assert main(["plan", "-i", str(path), "--ledger", str(tmp_path / "l.sqlite")]) == Exit.OK
+    out = capsys.readouterr().out
+    assert all(f"gpu-00{i}" in out for i in range(4)) and "--all-nodes" not in out

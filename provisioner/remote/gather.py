@@ -280,6 +280,51 @@ def modprobe_options() -> dict:
     }
 
 
+def nvme_topology() -> dict:
+    """NVMe controllers (transport, address, subsystem NQN, state) from /sys/class/nvme, the
+    controllers of each /sys/class/nvme-subsystem entry, the device numbers of the namespace
+    nodes /dev/nvmeXnY[pZ] and the members of md arrays: what verify needs to tell the transport
+    under a mount (its device number in /proc/self/mountinfo)."""
+    doc: dict = {"controllers": {}, "subsystems": {}, "namespaces": {}, "md": {}}
+    for d in sorted(glob.glob("/sys/class/nvme/nvme*")):
+        entry: dict = {}
+        for key in ("transport", "address", "subsysnqn", "state"):
+            try:
+                with open(os.path.join(d, key), encoding="utf-8", errors="replace") as fh:
+                    entry[key] = fh.read().strip()
+            except OSError:
+                entry[key] = None
+        doc["controllers"][os.path.basename(d)] = entry
+    for d in sorted(glob.glob("/sys/class/nvme-subsystem/nvme-subsys*")):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        doc["subsystems"][os.path.basename(d)] = sorted(
+            n for n in names if re.match(r"^nvme\d+$", n))
+    for path in sorted(glob.glob("/dev/nvme*n*")):
+        name = os.path.basename(path)
+        if not re.match(r"^nvme\d+n\d+(p\d+)?$", name):
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        doc["namespaces"][name] = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    for d in sorted(glob.glob("/sys/block/md*")):
+        try:
+            with open(os.path.join(d, "dev"), encoding="utf-8") as fh:
+                devno = fh.read().strip()
+            doc["md"][os.path.basename(d)] = {
+                "dev": devno,
+                "slaves": sorted(os.listdir(os.path.join(d, "slaves"))),
+            }
+        except OSError:
+            continue
+    found = any(doc[k] for k in doc)
+    return {"kind": "probe", "rc": 0 if found else None, "out": json.dumps(doc), "err": ""}
+
+
 def gather() -> dict:
     items = {}
     uname = platform.uname()
@@ -304,6 +349,7 @@ def gather() -> dict:
         "nvme_multipath": "/sys/module/nvme_core/parameters/multipath",
         "cmdline": "/proc/cmdline",
         "mounts": "/proc/self/mounts",
+        "mountinfo": "/proc/self/mountinfo",
         "reboot_required": "/var/lib/gdsfleet/reboot-required",
         "nvfs_modules_load": "/etc/modules-load.d/nvidia_fs.conf",
         "nvidia_params": "/proc/driver/nvidia/params",
@@ -348,6 +394,7 @@ def gather() -> dict:
     items["boot_dir"] = listdir("/boot")
     items["grubby_default_kernel"] = run(["grubby", "--default-kernel"])
     items["lsblk"] = lsblk()
+    items["nvme_topology"] = nvme_topology()
     items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
     items["libcufile"] = find_libcufile()
     items["modprobe_options"] = modprobe_options()

@@ -43,7 +43,12 @@ def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE
         sys.stdout.flush()
         return
     target = Path(path).expanduser()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if mode & 0o077:  # a file others read (the textfile): its folder must be readable too
+        target.parent.mkdir(parents=True, exist_ok=True)
+    else:  # a private report: the folders it creates are private too (0700, umask-narrowed)
+        from provisioner.fsutil import private_dir
+
+        private_dir(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

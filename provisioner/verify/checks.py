@@ -589,7 +589,8 @@ class _Checks:
                      "not mounted" if m is None else "only the root filesystem",
                      f"Mount the NVMe filesystem at {path} (gdsfleet.gds.nvme role), or point the "
                      "I/O test elsewhere with --io-path.")
-            for cid in ("fs.mount.type", "fs.mount.options", "fs.mount.nvme"):
+            for cid in ("fs.mount.type", "fs.mount.options", "fs.mount.nvme",
+                        "fs.mount.transport"):
                 self.add(cid, SKIP, "a GDS mount", "not mounted", "Skipped: no GDS mount.")
             return
         self.add("fs.mount.present", PASS, f"a filesystem mounted at {path}",
@@ -626,6 +627,37 @@ class _Checks:
             self.add("fs.mount.nvme", WARN, "backed by NVMe", m["source"],
                      "The mount is not on an NVMe device: local GDS needs NVMe (or md RAID0 over "
                      "NVMe).")
+        self.transport(m)
+
+    def transport(self, m: dict[str, Any]) -> None:
+        """fs.mount.transport: the NVMe transport of every controller path under the GDS
+        mount (mountinfo device number -> /dev/nvmeXnY or md members -> /sys/class/nvme)."""
+        st = self.f.get("storage") or {}
+        cid, expected = "fs.mount.transport", "NVMe over " + " or ".join(
+            storage.GDS_NVME_TRANSPORTS)
+        info = [i for i in st.get("mountinfo") or [] if i.get("target") == m["target"]]
+        devno = info[-1]["devno"] if info else None
+        mp = str(((self.f.get("nvme") or {}).get("multipath")) or "Y").upper() != "N"
+        paths = storage.mount_transports(m["source"], devno, st.get("nvme_topology") or {}, mp)
+        if not paths:
+            self.add(cid, SKIP, expected, "no NVMe controller visible",
+                     f"Skipped: no NVMe controller found under {m['source']} (/sys/class/nvme).")
+            return
+        seen = "; ".join(f"{p['transport']} ({p['namespace']} via {p['controller']}"
+                         + (f" {p['address']}" if p["address"] else "") + ")" for p in paths)
+        kinds = {p["transport"] for p in paths}
+        if "tcp" in kinds:
+            self.add(cid, FAIL, expected, seen,
+                     "GDS does not work over NVMe/TCP: cuFile only reaches this mount in compat "
+                     "mode (POSIX through the page cache). Connect the subsystem over RDMA "
+                     "(gdsfleet.gds.nvmeof, transport rdma) and put the GDS filesystem on that "
+                     "namespace, or use local NVMe.")
+        elif kinds <= set(storage.GDS_NVME_TRANSPORTS):
+            self.add(cid, PASS, expected, seen, "The GDS mount is on a transport GDS supports.")
+        else:
+            self.add(cid, WARN, expected, seen,
+                     "The GDS mount is on an NVMe transport GDS does not document "
+                     f"({', '.join(sorted(kinds))}): use local PCIe NVMe or NVMe over RDMA.")
 
     # -- gdscheck, platform -----------------------------------------------------------------
     def gdscheck(self) -> None:

@@ -207,6 +207,8 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
         "mounts": [m for m in mounts if m["fstype"] not in _PSEUDO_FS],
         "devices": devices,
         "nvme_mounts": storage.nvme_mount_points(mounts, devices),
+        "mountinfo": storage.parse_mountinfo(_text(doc, "mountinfo") or ""),
+        "nvme_topology": storage.parse_nvme_topology(_text(doc, "nvme_topology") or ""),
     }
 
     # reboot marker

@@ -222,6 +222,8 @@ class SimNode:
     ssh_port: int | None = None
     loop: str | None = None
     backing: str | None = None
+    fabric_loop: str | None = None
+    fabric_backing: str | None = None
     key_file: Path | None = None
     known_hosts: Path | None = None
 
@@ -369,7 +371,7 @@ class SimNodeFactory:
 
     def __call__(self, profile: str = "nvfs", env: Mapping[str, str] | None = None, *,
                  ssh: bool | int = False, nvme: bool = False, loop_size: str = "512M",
-                 name: str | None = None) -> SimNode:
+                 name: str | None = None, nvmeof: bool = False) -> SimNode:
         _need_podman()
         labmod.ensure_image()
         self.count += 1
@@ -396,6 +398,16 @@ class SimNodeFactory:
             labmod.run(["truncate", "-s", loop_size, node.backing])
             node.loop = labmod.run(["losetup", "-f", "--show", node.backing]).stdout.strip()
             cmd += ["-v", f"{node.loop}:{node.loop}", "-e", f"GDSFLEET_SIM_NVME={node.loop}"]
+        if nvmeof:
+            # the simulated NVMe-oF target's namespace (gdsfleet_nvmeof.py in the image)
+            d = labmod.lab_dir() / "fixtures-loop"
+            d.mkdir(parents=True, exist_ok=True)
+            node.fabric_backing = str(d / f"{node.name}-fabric.img")
+            labmod.run(["truncate", "-s", loop_size, node.fabric_backing])
+            node.fabric_loop = labmod.run(["losetup", "-f", "--show", node.fabric_backing]
+                                          ).stdout.strip()
+            cmd += ["-v", f"{node.fabric_loop}:{node.fabric_loop}",
+                    "-e", f"GDSFLEET_SIM_NVMEOF={node.fabric_loop}"]
         cmd.append(labmod.IMAGE)
         labmod.run(cmd)
         node.wait_ready()
@@ -419,6 +431,11 @@ class SimNodeFactory:
                     subprocess.run(["losetup", "-d", node.loop], check=False)
                 with contextlib.suppress(OSError):
                     os.unlink(node.backing)
+            if node.fabric_loop and node.fabric_backing:
+                if labmod.Lab._loop_backs(node.fabric_loop, node.fabric_backing):
+                    subprocess.run(["losetup", "-d", node.fabric_loop], check=False)
+                with contextlib.suppress(OSError):
+                    os.unlink(node.fabric_backing)
             if node.known_hosts:
                 with contextlib.suppress(OSError):
                     node.known_hosts.unlink()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 
@@ -82,3 +83,73 @@ def is_nvme_source(source: str, devices: list[dict[str, Any]]) -> bool:
 
 def nvme_mount_points(mounts: list[dict[str, Any]], devices: list[dict[str, Any]]) -> list[str]:
     return [m["target"] for m in mounts if is_nvme_source(m["source"], devices)]
+
+
+# -- NVMe transport under a mount ------------------------------------------------------------
+# Transports GDS reads and writes directly: local PCIe NVMe and NVMe over RDMA (NVMe-oF).
+GDS_NVME_TRANSPORTS = ("pcie", "rdma")
+_NS_RE = re.compile(r"^nvme(\d+)n(\d+)(?:p\d+)?$")
+
+
+def parse_mountinfo(text: str) -> list[dict[str, str]]:
+    """/proc/self/mountinfo: ``{"devno": "maj:min", "target", "source", "fstype"}`` per line
+    (fields 3 and 5; source and type after the `` - `` separator)."""
+    out: list[dict[str, str]] = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        f = left.split()
+        r = right.split()
+        if not sep or len(f) < 5:
+            continue
+        out.append({"devno": f[2], "target": _unescape(f[4]),
+                    "fstype": r[0] if r else "", "source": _unescape(r[1]) if len(r) > 1 else ""})
+    return out
+
+
+def parse_nvme_topology(text: str) -> dict[str, Any]:
+    """The gather script's ``nvme_topology`` JSON (controllers, subsystems, namespaces, md)."""
+    try:
+        doc = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _controllers_of(name: str, topo: dict[str, Any], multipath: bool) -> list[str]:
+    m = _NS_RE.match(name)
+    if not m:
+        return []
+    inst = m.group(1)
+    ctrls = topo.get("controllers") or {}
+    subs = topo.get("subsystems") or {}
+    if multipath and subs.get(f"nvme-subsys{inst}"):
+        return [c for c in subs[f"nvme-subsys{inst}"] if c in ctrls]
+    return [f"nvme{inst}"] if f"nvme{inst}" in ctrls else []
+
+
+def mount_transports(source: str, devno: str | None, topo: dict[str, Any],
+                     multipath: bool = True) -> list[dict[str, str]]:
+    """Every NVMe controller path under a mount: the namespace (found by the mount's device
+    number among /dev/nvmeXnY, or by the source's name), or the members of an md array, each
+    with its controller, transport and address. Empty when none is visible."""
+    names: list[str] = []
+    namespaces = topo.get("namespaces") or {}
+    md = topo.get("md") or {}
+    base = os.path.basename(source or "")
+    if _NS_RE.match(base):
+        names.append(base)
+    names += [n for n, d in namespaces.items() if devno and d == devno and n not in names]
+    if not names:
+        arrays = [a for a, v in md.items() if a == base or (devno and v.get("dev") == devno)]
+        for a in arrays:
+            names += [s for s in md[a].get("slaves") or [] if _NS_RE.match(s)]
+    out: list[dict[str, str]] = []
+    ctrls = topo.get("controllers") or {}
+    for n in names:
+        for c in _controllers_of(n, topo, multipath):
+            info = ctrls.get(c) or {}
+            out.append({"namespace": n, "controller": c,
+                        "transport": str(info.get("transport") or "unknown").lower(),
+                        "address": str(info.get("address") or ""),
+                        "subsysnqn": str(info.get("subsysnqn") or "")})
+    return out

@@ -244,7 +244,8 @@ def test_gdsio_runs_both_transfers_and_the_floor_decides(
     policy = tmp_path / "policy.yml"
     policy.write_text("gdsio_min_ratio: 1000\n")
     rc = main([*common, "--limit", f"{names[0]},{names[3]}", "--policy", str(policy),
-               "--json", str(tmp_path / "floor.json")])
+               "--json", str(tmp_path / "floor.json"), "--html", str(tmp_path / "floor.html"),
+               "--prom-textfile", str(tmp_path / "prom")])
     assert rc == Exit.NOT_COMPLIANT
     by = {n["name"]: n for n in json.loads((tmp_path / "floor.json").read_text())["nodes"]}
     direct = by[names[0]]
@@ -261,6 +262,22 @@ def test_gdsio_runs_both_transfers_and_the_floor_decides(
     assert check["status"] == "fail" and "floor 1000" in check["message"]
     assert direct["compliant"] is False and _failing(direct) == {"gdsio.ratio"}
     assert "IoType: WRITE XferType: GPUD Threads: 2" in direct["raw"]["gdsio"]
+    # the same figures reach the Prometheus textfile (its own parser) and the HTML page
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prom = {(x.name, tuple(sorted(x.labels.items()))): x.value
+            for f in text_string_to_metric_families((tmp_path / "prom" / "gdsfleet.prom")
+                                                    .read_text()) for x in f.samples}
+    for run in g["runs"]:
+        key = (("node", names[0]), ("transfer", run["transfer"]))
+        assert prom[("gdsfleet_gdsio_throughput_bytes_per_second", key)] == pytest.approx(
+            run["throughput_gibps"] * 2**30)
+    assert prom[("gdsfleet_gdsio_ratio", (("node", names[0]),))] == pytest.approx(g["ratio"])
+    assert prom[("gdsfleet_gdsio_min_ratio", (("node", names[0]),))] == 1000
+    page = (tmp_path / "floor.html").read_text()
+    cell = (f'{gds["throughput_gibps"]:.2f} / {cpu["throughput_gibps"]:.2f} '
+            f'({g["ratio"]:.2f}, min 1000.00)')
+    assert cell in page and f'id="failing-{names[0]}"' in page and "gdsio.ratio" in page
     # the test file is gone
     assert fleet.exec(names[0], "ls -A /mnt/gds").stdout.strip() == ""
     # compat node with allow_compat_mode false: gdsio's GPU Direct run is refused, no ratio

@@ -63,20 +63,14 @@ def _explain(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def node(lab_fleet: Any, standin_repo: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def node(lab_fleet: Any, standin_repo: Any, private_collections: Path,
+         tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("operator")
-    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force",
-                    "--output-path", str(tmp / "build"), str(ROOT)],
-                   check=True, capture_output=True, env=_env(), timeout=300)
-    tarball = next((tmp / "build").glob("gdsfleet-gds-*.tar.gz"))
-    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--force",
-                    "--offline", "--no-deps", "-p", str(tmp / "collections"), str(tarball)],
-                   check=True, capture_output=True, env=_env(), timeout=300)
     fleet = lab_fleet(1, {1: "operator"},
                       group_vars=standin_repo.group_vars() | {"gds_verify_io_size": "16M"})
     fleet.tmp = tmp  # type: ignore[attr-defined]
     fleet.repo_base = standin_repo.base_url  # type: ignore[attr-defined]
-    fleet.collections = tmp / "collections"  # type: ignore[attr-defined]
+    fleet.collections = private_collections  # type: ignore[attr-defined]
     return fleet
 
 

@@ -48,18 +48,9 @@ def repo_vars(private_repo: Any) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def collections(private_collections: Path) -> Path:
     """The collection built from this checkout into a private path (no race with others)."""
-    tmp = tmp_path_factory.mktemp("collection")
-    env = _env()
-    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force",
-                    "--output-path", str(tmp / "build"), str(ROOT)],
-                   check=True, capture_output=True, env=env, timeout=300)
-    tarball = next((tmp / "build").glob("gdsfleet-gds-*.tar.gz"))
-    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--force",
-                    "--offline", "--no-deps", "-p", str(tmp / "collections"), str(tarball)],
-                   check=True, capture_output=True, env=env, timeout=300)
-    return tmp / "collections"
+    return private_collections
 
 
 def _env(collections: Path | None = None) -> dict[str, str]:

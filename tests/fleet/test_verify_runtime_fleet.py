@@ -37,17 +37,9 @@ def repo(private_repo: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The collection built from this checkout into a private path."""
-    tmp = tmp_path_factory.mktemp("collection")
-    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--force",
-                    "--output-path", str(tmp / "build"), str(ROOT)],
-                   check=True, capture_output=True, env=_env(), timeout=300)
-    tarball = next((tmp / "build").glob("gdsfleet-gds-*.tar.gz"))
-    subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--force",
-                    "--offline", "--no-deps", "-p", str(tmp / "collections"), str(tarball)],
-                   check=True, capture_output=True, env=_env(), timeout=300)
-    return tmp / "collections"
+def collections(private_collections: Path) -> Path:
+    """The collection built from this checkout into a private path (no race with others)."""
+    return private_collections
 
 
 def _env(collections: Path | None = None) -> dict[str, str]:

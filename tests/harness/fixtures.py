@@ -199,6 +199,30 @@ def private_repo(standin_repo: StandinRepo,
         proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def private_collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """gdsfleet.gds built from this checkout and installed into a path of this module's own
+    (no race with another session's install); point ANSIBLE_COLLECTIONS_PATH at it."""
+    tmp = tmp_path_factory.mktemp("collection")
+    galaxy_bin = str(Path(sys.executable).with_name("ansible-galaxy"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', '')}"}
+    root = Path(__file__).resolve().parents[2]
+
+    def galaxy(*args: str) -> None:
+        proc = subprocess.run([galaxy_bin, "collection", *args], capture_output=True, text=True,
+                              env=env, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ansible-galaxy collection {args[0]} failed: "
+                               f"{proc.stderr[-2000:]}")
+
+    galaxy("build", "--force", "--output-path", str(tmp / "build"), str(root))
+    tarball = next((tmp / "build").glob("gdsfleet-gds-*.tar.gz"))
+    galaxy("install", "--force", "--offline", "--no-deps", "-p", str(tmp / "collections"),
+           str(tarball))
+    return tmp / "collections"
+
+
 # ------------------------------------------------------------------------------ sim nodes
 def free_port(start: int = 23000, end: int = 29000) -> int:
     for _ in range(200):

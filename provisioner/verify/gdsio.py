@@ -14,6 +14,7 @@ import shlex
 from typing import Any
 
 from provisioner.remote import load_script
+from provisioner.verify.iotest import last_json
 from provisioner.verify.model import (
     FAIL,
     GDSIO_DEFAULT_SIZE,
@@ -57,16 +58,7 @@ def command(opts: GdsioOptions, directory: str) -> str:
 
 
 def _last_json(text: str) -> dict[str, Any] | None:
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict) and "gdsfleet_gdsio" in value:
-                return value
-    return None
+    return last_json(text, "gdsfleet_gdsio")
 
 
 def _expected(floor: float | None) -> str:

@@ -147,7 +147,7 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
     res = runner.run(command(options, path, interp.python, library_path), timeout=timeout,
                      stdin=load_script(SCRIPT))
     raw = res.stdout + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else "")
-    doc = _last_json(res.stdout)
+    doc = last_json(res.stdout)
     if doc is None and res.exit_status in (126, 127) and interp.source == "fact_file":
         reason = runtime_missing_reason(
             interp, f"{interp.python} cannot run on the node (exit {res.exit_status}: "
@@ -188,7 +188,9 @@ def with_interpreter(result: IoTestResult, interp: Interpreter) -> IoTestResult:
     return replace(result, evidence=evidence, reason=reason)
 
 
-def _last_json(text: str) -> dict[str, Any] | None:
+def last_json(text: str, key: str | None = None) -> dict[str, Any] | None:
+    """The last line of ``text`` that is a JSON object (holding ``key``, when given): what a
+    node-side script printed last, whatever the tools it ran printed before."""
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
         if line.startswith("{"):
@@ -196,7 +198,7 @@ def _last_json(text: str) -> dict[str, Any] | None:
                 value = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(value, dict):
+            if isinstance(value, dict) and (key is None or key in value):
                 return value
     return None
 

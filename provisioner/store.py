@@ -658,19 +658,8 @@ class Ledger:
                 )
                 base_rows = {int(r["id"]): dict(r) for r in conn.execute(q2).mappings()}
             checks = self._checks(conn, [r["id"] for r in rows] + list(base_rows))
-        out = []
-        for r in rows:
-            cur = _verification_dict(r, checks.get(r["id"], []))
-            base = base_rows.get(base_ids.get(int(r["id"]), -1))
-            baseline = _verification_dict(base, checks.get(base["id"], [])) if base else None
-            cur["baseline"] = (
-                {k: baseline[k] for k in ("id", "run_id", "at", "route", "failing")}
-                if baseline
-                else None
-            )
-            cur["drift"] = _drift(cur, baseline)
-            out.append(cur)
-        return out
+        return [_with_drift(r, base_rows.get(base_ids.get(int(r["id"]), -1)), checks)
+                for r in rows]
 
     def raw_for(self, verification_id: int) -> dict[str, str]:
         with self._read() as conn:
@@ -735,19 +724,20 @@ class Ledger:
             q2 = select(verifications).where(verifications.c.id.in_(list(base_ids.values())))
             base_rows = {r["node"]: dict(r) for r in conn.execute(q2).mappings()}
         checks = self._checks(conn, [r["id"] for r in rows] + list(base_ids.values()))
-        out = []
-        for r in rows:
-            cur = _verification_dict(r, checks.get(r["id"], []))
-            base = base_rows.get(r["node"])
-            baseline = _verification_dict(base, checks.get(base["id"], [])) if base else None
-            cur["baseline"] = (
-                {k: baseline[k] for k in ("id", "run_id", "at", "route", "failing")}
-                if baseline
-                else None
-            )
-            cur["drift"] = _drift(cur, baseline)
-            out.append(cur)
-        return out
+        return [_with_drift(r, base_rows.get(r["node"]), checks) for r in rows]
+
+
+def _with_drift(row: Mapping[str, Any], base: Mapping[str, Any] | None,
+                checks: Mapping[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A verification row as a dict, with its ``baseline`` (the node's last compliant record
+    ``base``, summarised) and its ``drift`` from it."""
+    cur = _verification_dict(row, checks.get(row["id"], []))
+    baseline = _verification_dict(base, checks.get(base["id"], [])) if base else None
+    cur["baseline"] = (
+        {k: baseline[k] for k in ("id", "run_id", "at", "route", "failing")} if baseline else None
+    )
+    cur["drift"] = _drift(cur, baseline)
+    return cur
 
 
 def _drift(cur: dict[str, Any], base: dict[str, Any] | None) -> list[str]:

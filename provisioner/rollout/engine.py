@@ -507,17 +507,7 @@ class Engine:
                     else f"all {len(self.nodes)} node(s) provisioned (verification off)"
                 )
         self.ledger.finish_run(self.run_id, status)
-        return RolloutResult(
-            run_id=self.run_id,
-            status=status,
-            exit_code=code,
-            plan=plan,
-            nodes=self.nodes,
-            waves=summaries,
-            message=message,
-            resumed=resumed,
-            duration_s=time.monotonic() - started,
-        )
+        return self._result(status, code, message, plan, summaries, resumed, started)
 
     def _interrupted(self, exc: KeyboardInterrupt, plan: Plan, summaries: list[WaveSummary],
                      resumed: bool, started: float) -> RolloutResult:
@@ -539,9 +529,13 @@ class Engine:
             + "; no failure counted; run the same command again to resume"
         )
         self.obs.message(message)
+        return self._result("interrupted", code, message, plan, summaries, resumed, started)
+
+    def _result(self, status: str, code: Exit, message: str, plan: Plan,
+                summaries: list[WaveSummary], resumed: bool, started: float) -> RolloutResult:
         return RolloutResult(
             run_id=self.run_id,
-            status="interrupted",
+            status=status,
             exit_code=code,
             plan=plan,
             nodes=self.nodes,

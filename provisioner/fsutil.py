@@ -64,11 +64,23 @@ def append_private(path: str | os.PathLike[str], text: str) -> None:
 def write_private(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write ``path`` atomically (temp file in the same folder, fsync, rename), mode 0600
     narrowed by the umask; a missing folder is created 0700."""
-    target = Path(path)
-    private_dir(target.parent)
+    write_atomic(path, data, mode=FILE_MODE)
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, *,
+                 mode: int = FILE_MODE) -> None:
+    """Write ``path`` atomically: a temp file in the target's own folder (the rename never
+    crosses a filesystem), ``mode`` narrowed by the umask, fsync, rename. A reader sees the old
+    file or the new one, never half of one. A missing folder is created 0700 for a private
+    ``mode``, or as a plain ``mkdir`` would for a file others read."""
+    target = Path(path).expanduser()
+    if mode & 0o077:  # a file others read (the Prometheus textfile): its folder must be too
+        target.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        private_dir(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
     try:
-        os.fchmod(fd, FILE_MODE & ~current_umask())
+        os.fchmod(fd, mode & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
@@ -93,4 +105,4 @@ def current_umask() -> int:
 
 
 __all__ = ["DIR_MODE", "FILE_MODE", "append_private", "create_private", "current_umask",
-           "open_private", "private_dir", "write_private"]
+           "open_private", "private_dir", "write_atomic", "write_private"]

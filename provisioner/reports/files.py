@@ -15,11 +15,8 @@ this process (extra vars, a ledger URL's password) never reaches a report.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 PRIVATE = 0o600
 WORLD_READABLE = 0o644
@@ -34,7 +31,7 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
 
 def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
     """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout."""
-    from provisioner.fsutil import current_umask
+    from provisioner.fsutil import write_atomic
     from provisioner.redact import redact_known
 
     data = redact_known(data)
@@ -42,25 +39,7 @@ def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE
         sys.stdout.write(data)
         sys.stdout.flush()
         return
-    target = Path(path).expanduser()
-    if mode & 0o077:  # a file others read (the textfile): its folder must be readable too
-        target.parent.mkdir(parents=True, exist_ok=True)
-    else:  # a private report: the folders it creates are private too (0700, umask-narrowed)
-        from provisioner.fsutil import private_dir
-
-        private_dir(target.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode & ~current_umask())
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data, mode=mode)
 
 
 __all__ = ["PRIVATE", "WORLD_READABLE", "atomic_write", "umask_mode"]

@@ -77,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_path("--json", args.json)
     inventory = load_inventory(args.inventory, args.limit)
+    from provisioner.errors import InventoryError
+    from provisioner.inventory import host_key_problems
+
+    weak = host_key_problems(inventory)  # rollout refuses these too (selection_problems)
+    if weak:
+        raise InventoryError("refused, the playbook runs would not check host keys as the "
+                             "provisioner does: " + "; ".join(weak))
     location = resolve_ledger(args.ledger, args.inventory)
     latest, ledger = latest_state(location)
     unfinished = None

@@ -29,11 +29,13 @@ One connection per node, reused for every command of the verification. What it p
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import errno
 import fcntl
 import getpass
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -159,13 +161,18 @@ def _display_path(path: str) -> str:
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Unknown host key: refuse with the fix, or (opt-in) add it to the managed file."""
 
-    def __init__(self, target: Target, settings: SSHSettings, node_name: str) -> None:
+    def __init__(self, target: Target, settings: SSHSettings, node_name: str,
+                 view: HostKeyView | None = None) -> None:
         self.target = target
         self.settings = settings
         self.node_name = node_name
+        self.view = view
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
+        revoked = self.view.revoked_entry(key) if self.view is not None else None
+        if revoked is not None:  # before accept-new: a revoked key is never added
+            raise _revoked_error(self.node_name, hostname, key, revoked)
         if self.settings.accept_new_host_keys:
             add_known_host(self.settings.managed_known_hosts, hostname, key)
             sys.stderr.write(
@@ -208,23 +215,163 @@ def add_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _files_with_key(files: Sequence[str], hostname: str) -> list[tuple[str, paramiko.PKey]]:
-    found = []
-    for f in files:
+# known_hosts, read as OpenSSH reads it (sshd(8) "SSH_KNOWN_HOSTS FILE FORMAT"): an optional
+# marker (@revoked, @cert-authority), comma-separated host patterns (wildcards * and ?, a
+# leading ! negates, |1|salt|hash hashed names, [host]:port), key type, base64 key, comment.
+# paramiko's own HostKeys fails on a marker line ("Incorrect padding") and so made every node
+# unreachable; a line this parser cannot use is skipped (as OpenSSH does), never fatal.
+_KNOWN_HOSTS_MAX_LINE = 65536
+_WARNED: set[tuple[str, int]] = set()
+
+
+@dataclass
+class KnownHostEntry:
+    file: str
+    line: int
+    marker: str  # "", "@revoked" or "@cert-authority"
+    patterns: str
+    key: paramiko.PKey
+
+
+def _pattern_match(pattern: str, name: str) -> bool:
+    """OpenSSH's match_pattern: ``*`` and ``?`` wildcards, case-insensitive, nothing else
+    special (``[host]:port`` is literal)."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, name, re.IGNORECASE | re.DOTALL) is not None
+
+
+def host_patterns_match(patterns: str, name: str) -> bool:
+    """Whether a known_hosts line's host field names ``name`` (OpenSSH's match_hostname: a
+    matching negated pattern wins over any positive one; a hashed entry is one name)."""
+    if patterns.startswith("|1|"):
         try:
-            keys = paramiko.HostKeys(f)
-        except (OSError, paramiko.SSHException, ValueError):
+            _, _, salt_b64, digest_b64 = patterns.split("|", 3)
+            salt = base64.b64decode(salt_b64, validate=True)
+            digest = base64.b64decode(digest_b64, validate=True)
+        except (ValueError, binascii.Error):
+            return False
+        mine = hmac.new(salt, name.encode("utf-8"), hashlib.sha1).digest()
+        return hmac.compare_digest(mine, digest)
+    matched = False
+    for pat in patterns.split(","):
+        negated = pat.startswith("!")
+        if negated:
+            pat = pat[1:]
+        if pat and _pattern_match(pat, name):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def _warn_once(path: str, line: int, message: str) -> None:
+    with _FILE_LOCK:
+        if (path, line) in _WARNED:
+            return
+        _WARNED.add((path, line))
+    sys.stderr.write(f"warning: {_display_path(path)} line {line}: {message}\n")
+
+
+def read_known_hosts(path: str) -> list[KnownHostEntry]:
+    """Every usable line of one known_hosts file. Comments, blank and malformed lines and key
+    types paramiko cannot load are skipped (a malformed line once with a warning); an
+    unreadable file raises OSError."""
+    entries: list[KnownHostEntry] = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if len(raw) > _KNOWN_HOSTS_MAX_LINE:
+                _warn_once(path, lineno, "line too long; skipped")
+                continue
+            text = raw.decode("utf-8", "replace").strip()
+            if not text or text.startswith("#"):
+                continue
+            fields = text.split()
+            marker = ""
+            if fields[0].startswith("@"):
+                marker = fields.pop(0).lower()
+                if marker not in ("@revoked", "@cert-authority"):
+                    _warn_once(path, lineno, f"unknown marker {marker[:40]!r}; line skipped")
+                    continue
+            if len(fields) < 3:
+                _warn_once(path, lineno, "not 'hosts keytype key'; line skipped")
+                continue
+            patterns, keytype, blob = fields[:3]
+            try:
+                key = paramiko.PKey.from_type_string(keytype, base64.b64decode(blob,
+                                                                                validate=True))
+            except (ValueError, binascii.Error, paramiko.SSHException, TypeError):
+                if marker or keytype.startswith(("ssh-", "ecdsa-", "rsa-")):
+                    _warn_once(path, lineno, f"{keytype[:60]} key cannot be read; line skipped")
+                continue  # e.g. sk-* security-key types paramiko does not load
+            entries.append(KnownHostEntry(path, lineno, marker, patterns, key))
+    return entries
+
+
+@dataclass
+class HostKeyView:
+    """What the known_hosts files say about one host name."""
+
+    keys: list[KnownHostEntry] = field(default_factory=list)  # plain, not revoked, in order
+    revoked: list[KnownHostEntry] = field(default_factory=list)  # every @revoked line
+
+    def revoked_entry(self, key: paramiko.PKey) -> KnownHostEntry | None:
+        blob = key.asbytes()
+        return next((e for e in self.revoked if e.key.asbytes() == blob), None)
+
+
+def known_host_keys(files: Sequence[str], host_key_name: str) -> HostKeyView:
+    """The plain keys listed for ``host_key_name`` (files in order, the most specific first)
+    and the revoked keys. A key on an ``@revoked`` line is refused for every host, whatever
+    its host patterns say (stricter than OpenSSH, which applies the patterns), and is taken out
+    of the plain keys even where a file lists it plainly. ``@cert-authority`` lines are skipped
+    with a warning: the verification transport does not accept host certificates, so hosts
+    checked that way need their keys listed plainly (``ssh-keyscan``)."""
+    view = HostKeyView()
+    for f in files:
+        if not os.path.isfile(f):
             continue
-        entry = keys.lookup(hostname)
-        if entry:
-            for ktype in entry:
-                found.append((f, entry[ktype]))
-    return found
+        try:
+            entries = read_known_hosts(f)
+        except OSError as exc:
+            raise HostKeyError(f"known_hosts file {f} cannot be read: {exc}") from exc
+        for e in entries:
+            if e.marker == "@revoked":
+                view.revoked.append(e)
+            elif e.marker == "@cert-authority":
+                if host_patterns_match(e.patterns, host_key_name):
+                    _warn_once(f, e.line, "@cert-authority line skipped: host certificates are "
+                               "not accepted by the verification transport; list the host "
+                               "keys plainly (ssh-keyscan) for the hosts it covers")
+            elif host_patterns_match(e.patterns, host_key_name):
+                view.keys.append(e)
+    view.keys = [e for e in view.keys if view.revoked_entry(e.key) is None]
+    return view
+
+
+def _files_with_key(files: Sequence[str], hostname: str) -> list[tuple[str, paramiko.PKey]]:
+    try:
+        return [(e.file, e.key) for e in known_host_keys(files, hostname).keys]
+    except HostKeyError:
+        return []
+
+
+def _revoked_error(node_name: str, hostname: str, key: paramiko.PKey,
+                   entry: KnownHostEntry) -> HostKeyError:
+    return HostKeyError(
+        f"{node_name}: host key of {hostname} is REVOKED ({key.get_name()} {fingerprint(key)}, "
+        f"@revoked in {_display_path(entry.file)} line {entry.line}); the provisioner never "
+        f"connects with a revoked key. Give the node a new host key and list that one."
+    )
 
 
 def _changed_key_error(
     node_name: str, target: Target, exc: paramiko.BadHostKeyException
 ) -> HostKeyError:
+    with contextlib.suppress(HostKeyError):
+        revoked = known_host_keys(target.known_hosts, target.host_key_name).revoked_entry(
+            exc.key)
+        if revoked is not None:
+            return _revoked_error(node_name, target.host_key_name, exc.key, revoked)
     holders = _files_with_key(target.known_hosts, target.host_key_name) or [
         (target.known_hosts[0] if target.known_hosts else USER_KNOWN_HOSTS, exc.expected_key)
     ]
@@ -582,16 +729,20 @@ class SSHRunner:
 
     def _client_for(self, target: Target) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        # Most specific file first: paramiko's lookup takes the first entry of a key type.
-        for f in target.known_hosts:
-            if os.path.isfile(f):
-                try:
-                    client.load_system_host_keys(f)
-                except (OSError, paramiko.SSHException, ValueError) as exc:
-                    raise HostKeyError(
-                        f"{self.node.name}: known_hosts file {f} cannot be read: {exc}"
-                    ) from exc
-        client.set_missing_host_key_policy(_HostKeyPolicy(target, self.settings, self.node.name))
+        try:
+            view = known_host_keys(target.known_hosts, target.host_key_name)
+        except HostKeyError as exc:
+            raise HostKeyError(f"{self.node.name}: {exc}") from None
+        # Most specific file first: the first key of each type is the one compared (paramiko
+        # keeps one per type); revoked keys are not among them.
+        host_keys = client.get_host_keys()
+        types: set[str] = set()
+        for e in view.keys:
+            if e.key.get_name() not in types:
+                types.add(e.key.get_name())
+                host_keys.add(target.host_key_name, e.key.get_name(), e.key)
+        client.set_missing_host_key_policy(
+            _HostKeyPolicy(target, self.settings, self.node.name, view))
         return client
 
     def _connect_client(self, client: paramiko.SSHClient, target: Target, sock: Any) -> None:

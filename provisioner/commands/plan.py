@@ -105,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
     doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
     if args.json:
-        from provisioner.fsutil import write_private
         from provisioner.redact import redact_known
+        from provisioner.reports.files import write_output
 
         text = redact_known(json.dumps(doc, indent=2) + "\n")
         if args.json == "-":
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)
-        write_private(args.json, text)  # 0600, atomic
+        write_output(args.json, text, what="--json", recorded=False)  # 0600, atomic; links followed
 
     from rich.console import Console
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import socket
+import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -213,3 +217,166 @@ def test_malformed_lines_are_skipped(pnode: ParamikoNode, client_key: Path, tmp_
                      f"{pnode.line()}\n")
     assert _run(pnode, client_key, known, tmp_path) == "ok\n"
     assert "line 2" in capsys.readouterr().err
+
+
+# ============================================================ 6: report paths that are links
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def plan_inv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("GDSFLEET_LEDGER", raising=False)
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu_nodes]\nn1 ansible_host=127.0.0.1 ansible_port=2201\n")
+    return inv
+
+
+def _plan_json(inv: Path, out: str) -> list[str]:
+    return ["plan", "-i", str(inv), "--ledger", str(inv.parent / "none.sqlite"),
+            "--json", out]
+
+
+def test_symlinked_report_path_is_written_through(plan_inv: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner.cli import main
+
+    real_dir = tmp_path / "reports"
+    real_dir.mkdir()
+    real = real_dir / "plan.json"
+    real.write_text("old\n")
+    link = tmp_path / "latest.json"
+    link.symlink_to(Path("reports") / "plan.json")  # relative, as ln -s makes them
+    assert main(_plan_json(plan_inv, str(link))) == 0, capsys.readouterr().err
+    # before: the link was replaced by a regular file and reports/plan.json kept "old"
+    assert link.is_symlink()
+    assert json.loads(real.read_text())["ledger"]
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    assert sorted(p.name for p in real_dir.iterdir()) == ["plan.json"]  # no temp file left
+
+
+def test_dangling_symlink_creates_its_target(plan_inv: Path, tmp_path: Path) -> None:
+    from provisioner.cli import main
+
+    link = tmp_path / "latest.json"
+    link.symlink_to(tmp_path / "new.json")
+    assert main(_plan_json(plan_inv, str(link))) == 0
+    assert link.is_symlink() and json.loads((tmp_path / "new.json").read_text())
+
+
+def test_fd_name_link_writes_the_stream_and_keeps_the_link(plan_inv: Path,
+                                                           tmp_path: Path) -> None:
+    """What ``/dev/stderr`` is: a link to /proc/self/fd/2. Here a link of our own to it, so
+    that the unfixed code replaces a test file and not the machine's /dev/stderr."""
+    link = tmp_path / "stderr"
+    link.symlink_to("/proc/self/fd/2")
+    log = tmp_path / "log.txt"
+    with open(log, "w") as fh:
+        fh.write("earlier line\n")
+        fh.flush()
+        p = subprocess.run([sys.executable, "-m", "provisioner", *_plan_json(plan_inv,
+                                                                           str(link))],
+                           stdout=subprocess.DEVNULL, stderr=fh, cwd=REPO,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    text = log.read_text()
+    assert p.returncode == 0, text
+    # before: the link became a regular file holding the plan, log.txt never saw it
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/2"
+    assert text.startswith("earlier line\n") and '"waves"' in text
+
+
+def test_dev_stdout_is_written_directly(plan_inv: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "provisioner",
+                        *_plan_json(plan_inv, "/dev/stdout")], capture_output=True, text=True,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    # before: exit 64, "/dev/stdout: is not a regular file" (stdout a pipe)
+    assert p.returncode == 0, p.stderr
+    assert '"waves"' in p.stdout
+    assert os.path.islink("/dev/stdout")
+
+
+def test_fifo_is_written_directly(plan_inv: Path, tmp_path: Path) -> None:
+    from provisioner.cli import main
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader_ready = threading.Event()
+
+    def read() -> None:
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        reader_ready.set()
+        chunks = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                time.sleep(0.02)
+                continue
+            if not chunk:
+                if chunks:  # the writer is done
+                    break
+                time.sleep(0.02)  # no writer yet
+                continue
+            chunks.append(chunk)
+        os.close(fd)
+        got.append(b"".join(chunks))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    reader_ready.wait(10)
+    assert main(_plan_json(plan_inv, str(fifo))) == 0
+    t.join(60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert json.loads(got[0])["waves"]
+
+
+def test_fifo_without_reader_is_refused_not_hung(plan_inv: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner.cli import main
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert main(_plan_json(plan_inv, str(fifo))) == 64
+    err = capsys.readouterr().err
+    assert "no reader" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the link another owner")
+def test_foreign_link_in_a_sticky_folder_is_refused(plan_inv: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner.cli import main
+
+    public = tmp_path / "public"
+    public.mkdir()
+    os.chmod(public, 0o1777)  # noqa: S103 - a /tmp-like folder is the point
+    os.chown(public, 54321, 54321)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = public / "report.json"
+    link.symlink_to(victim)
+    os.lchown(link, 12345, 12345)
+    code = main(_plan_json(plan_inv, str(link)))
+    err = capsys.readouterr().err
+    assert code == 64, err
+    assert "protected_symlinks" in err
+    assert victim.read_text() == "precious\n"
+
+
+def test_write_atomic_refuses_special_files_unless_asked(tmp_path: Path) -> None:
+    from provisioner.fsutil import SpecialFileError, write_atomic
+
+    with pytest.raises(SpecialFileError):
+        write_atomic("/dev/null", "x")
+    write_atomic("/dev/null", "x", special_ok=True)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    with pytest.raises(SpecialFileError, match="directory"):
+        write_atomic(tmp_path, "x", special_ok=True)
+    target = tmp_path / "t"
+    target.write_text("a")
+    (tmp_path / "l1").symlink_to("t")
+    (tmp_path / "l2").symlink_to("l1")
+    write_atomic(tmp_path / "l2", "b")
+    assert (tmp_path / "l2").is_symlink() and (tmp_path / "l1").is_symlink()
+    assert target.read_text() == "b"

@@ -38,10 +38,47 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 
 
+def project_state_dir() -> Path:
+    """The provisioner's own state folder: ``$XDG_STATE_HOME/gdsfleet`` (default
+    ``~/.local/state/gdsfleet``), home of the default ledger, the project-managed known_hosts
+    and the debug log."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(state) / "gdsfleet"
+
+
+def is_project_state_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is :func:`project_state_dir` (not a folder the operator named)."""
+    mine = project_state_dir()
+    try:
+        return os.path.samefile(path, mine)
+    except OSError:
+        return os.path.abspath(path) == os.path.abspath(mine)
+
+
+def narrow_owned(path: str | os.PathLike[str]) -> bool:
+    """Take the group/other bits off ``path`` when it is the caller's own and not a symlink
+    (never adding a bit); True when its mode changed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or not mode & 0o077:
+        return False
+    os.chmod(path, mode & 0o700)
+    return True
+
+
 def private_dir(path: str | os.PathLike[str], *, narrow: bool = False) -> Path:
     """Create ``path`` (and missing parents) 0700; ``narrow``: also take group/other bits off
-    an existing folder that the provisioner owns (e.g. ``runner/``), never adding any."""
+    an existing folder that the provisioner owns (e.g. ``runner/``), never adding any.
+
+    The provisioner's own state folder (:func:`project_state_dir`) is always narrowed: the
+    docs promise it is 0700, and an older version created it 0755. A folder the operator
+    named (``--ledger ~/ledger.sqlite``: their home) is never chmod'ed; only what this
+    creates is 0700."""
     p = Path(path)
+    narrow = narrow or is_project_state_dir(p)
     missing = []
     cur = p
     while not cur.exists() and cur != cur.parent:
@@ -51,9 +88,7 @@ def private_dir(path: str | os.PathLike[str], *, narrow: bool = False) -> Path:
         with contextlib.suppress(FileExistsError):
             d.mkdir(mode=DIR_MODE)
     if narrow and not missing:
-        st = p.stat()
-        if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.getuid():
-            os.chmod(p, stat.S_IMODE(st.st_mode) & DIR_MODE)
+        narrow_owned(p)
     return p
 
 
@@ -216,5 +251,6 @@ def current_umask() -> int:
 
 
 __all__ = ["DIR_MODE", "FILE_MODE", "SpecialFileError", "append_private", "create_private",
-           "current_umask", "open_private", "private_dir", "resolve_output", "write_atomic",
+           "current_umask", "is_project_state_dir", "narrow_owned", "open_private", "private_dir",
+           "project_state_dir", "resolve_output", "write_atomic",
            "write_private"]

@@ -201,11 +201,17 @@ def _key_file_type(key_name: str) -> str:
 
 
 def add_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
-    """Append ``hostname key`` to a known_hosts file (locked; safe from parallel workers)."""
+    """Append ``hostname key`` to a known_hosts file (locked; safe from parallel workers),
+    created 0600 in a folder created 0700."""
+    from provisioner.fsutil import is_project_state_dir, narrow_owned, open_private, private_dir
+
     p = Path(path).expanduser()
-    p.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(p.parent)  # 0700 when created (the project's state folder: always narrowed)
+    if is_project_state_dir(p.parent):
+        narrow_owned(p)  # an older version's 0644 file
     line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-    with _FILE_LOCK, open(p, "a", encoding="ascii") as fh:
+    fd = open_private(p)  # created 0600, appended
+    with _FILE_LOCK, open(fd, "a", encoding="ascii") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             fh.write(line)

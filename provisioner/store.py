@@ -58,7 +58,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from provisioner.errors import LedgerError
-from provisioner.fsutil import create_private, private_dir
+from provisioner.fsutil import create_private, is_project_state_dir, narrow_owned, private_dir
 from provisioner.redact import redact_mapping
 
 SCHEMA_VERSION = 1
@@ -258,7 +258,11 @@ class Ledger:
                 # created 0600 before SQLite opens it (SQLite would make it 0644); its -wal,
                 # -shm and -journal files take the database file's mode
                 private_dir(Path(database).parent)
-                create_private(database)
+                if not create_private(database) and is_project_state_dir(
+                        Path(database).parent):
+                    # the default ledger of an older version: 0644, like its -wal and -shm
+                    for suffix in ("", "-wal", "-shm", "-journal"):
+                        narrow_owned(database + suffix)
             if url.get_backend_name() == "sqlite" and read_only:
                 engine = _sqlite_read_only_engine(url, shown)
             elif url.get_backend_name() == "sqlite":

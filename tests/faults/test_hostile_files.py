@@ -380,3 +380,78 @@ def test_write_atomic_refuses_special_files_unless_asked(tmp_path: Path) -> None
     write_atomic(tmp_path / "l2", "b")
     assert (tmp_path / "l2").is_symlink() and (tmp_path / "l1").is_symlink()
     assert target.read_text() == "b"
+
+
+# ============================================================ 9: modes under umask 022
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_new_state_folder_and_managed_known_hosts_are_private(
+        pnode: ParamikoNode, client_key: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, umask_022: None) -> None:
+    from provisioner.ssh import default_managed_known_hosts
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    managed = Path(default_managed_known_hosts())
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    settings = SSHSettings(managed_known_hosts=str(managed),
+                           user_known_hosts=str(tmp_path / "none"),
+                           system_known_hosts=str(tmp_path / "none2"), ssh_config=None,
+                           connect_timeout=3.0, accept_new_host_keys=True)
+    node = Node(name="n1", address="127.0.0.1", port=pnode.port, user="root",
+                key_file=str(client_key), ssh_options=(("UserKnownHostsFile", str(empty)),))
+    with SSHRunner(node, settings) as r:
+        assert r.run("true", timeout=10).stdout == "ok\n"
+    # before: 0755 and 0644 (a plain mkdir and open(..., "a"))
+    assert _mode(managed.parent) == 0o700
+    assert _mode(managed) == 0o600
+    assert pnode.name in managed.read_text()
+
+
+def test_existing_project_state_folder_and_ledger_are_narrowed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask_022: None) -> None:
+    from provisioner.store import Ledger, default_ledger
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    state = tmp_path / "state" / "gdsfleet"
+    state.mkdir(parents=True, mode=0o755)
+    os.chmod(state, 0o755)  # noqa: S103 - the wide mode is the case
+    db = Path(default_ledger())
+    with Ledger.open(db):
+        pass
+    os.chmod(db, 0o644)  # what an older version left
+    os.chmod(state, 0o755)  # noqa: S103 - the wide mode is the case
+    with Ledger.open(db):
+        pass
+    # before: the folder stayed 0755 and the ledger 0644
+    assert _mode(state) == 0o700
+    assert _mode(db) == 0o600
+
+
+def test_a_folder_the_operator_named_is_never_chmoded(tmp_path: Path,
+                                                      umask_022: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.store import Ledger
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chmod(home, 0o755)  # noqa: S103 - the wide mode is the case
+    with Ledger.open(home / "ledger.sqlite"):
+        pass
+    with Ledger.open(home / "new" / "ledger.sqlite"):
+        pass
+    assert _mode(home) == 0o755  # theirs: left as it is
+    assert _mode(home / "new") == 0o700  # ours: created private
+    assert _mode(home / "ledger.sqlite") == 0o600

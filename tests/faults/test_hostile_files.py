@@ -455,3 +455,202 @@ def test_a_folder_the_operator_named_is_never_chmoded(tmp_path: Path,
     assert _mode(home) == 0o755  # theirs: left as it is
     assert _mode(home / "new") == 0o700  # ours: created private
     assert _mode(home / "ledger.sqlite") == 0o600
+
+
+# ============================================================ 12, 13: full disk, corrupt rows
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from provisioner.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("GDSFLEET_LEDGER", raising=False)
+    monkeypatch.delenv("GDSFLEET_DEBUG_LOG", raising=False)
+    return tmp_path
+
+
+def _fill(mnt: Path) -> Path:
+    filler = mnt / "filler"
+    with open(filler, "wb", buffering=0) as fh:
+        for size in (65536, 512, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * size)
+            except OSError:
+                continue
+    assert os.statvfs(mnt).f_bavail == 0
+    return filler
+
+
+@pytest.fixture
+def full_fs(tmp_path: Path) -> Iterator[Any]:
+    """``full_fs(size)``: a small tmpfs (root only), filled up by ``_fill``; unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    mounted: list[Path] = []
+
+    def make(size: str = "4m", name: str = "full") -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                            str(d)], capture_output=True, text=True, check=False)
+        if r.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    try:
+        yield make
+    finally:
+        for d in reversed(mounted):
+            subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def _make_ledger(path: Path, nodes: tuple[str, ...] = ("n1",)) -> str:
+    from provisioner.store import Ledger
+
+    with Ledger.open(path) as ledger:
+        run = ledger.start_run("verify", "f")
+        for n in nodes:
+            ledger.record_verification(run, {"name": n, "reachable": True, "compliant": True,
+                                             "route": "nvfs", "checks": []}, step="verified")
+        ledger.finish_run(run, "compliant")
+    return run
+
+
+def _fake_verify(monkeypatch: pytest.MonkeyPatch) -> None:
+    import provisioner.ssh
+    from provisioner.commands import verify
+
+    def fake_verify_one(_runner: Any, name: str, _policy: Any, _io: Any) -> dict[str, Any]:
+        return {"name": name, "reachable": True, "compliant": True, "route": "nvfs",
+                "checks": [{"id": "x", "status": "pass", "message": "y" * 5000}],
+                "io_test": {"path_taken": "direct"}}
+
+    monkeypatch.setattr(verify, "verify_one", fake_verify_one)
+    monkeypatch.setattr(provisioner.ssh, "runner_factory", lambda _s: (lambda n: n))
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
+def test_full_disk_writing_a_verify_report_is_74_and_the_nodes_are_kept(
+        state: Path, full_fs: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], option: str) -> None:
+    from provisioner.store import Ledger
+
+    _fake_verify(monkeypatch)
+    mnt = full_fs("1m")
+    inv = state / "hosts.ini"
+    inv.write_text("[gpu_nodes]\nn1 ansible_host=127.0.0.1\nn2 ansible_host=127.0.0.2\n")
+    db = state / "ledger.sqlite"
+    _fill(mnt)
+    code, _, err = _cli(capsys, "verify", "-q", "-i", str(inv), "--ledger", str(db),
+                        option, str(mnt / "report"))
+    # before: exit 70, "internal error (a bug ...)": OSError No space left on device
+    assert code == 74, err
+    line = _one_line(err)
+    assert "No space left" in line and "free space" in line and "internal error" not in line
+    with Ledger.open(db, read_only=True) as ledger:
+        assert [r["node"] for r in ledger.latest()] == ["n1", "n2"]
+
+
+def test_full_disk_writing_report_junit_is_74(state: Path, full_fs: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    db = state / "ledger.sqlite"
+    run = _make_ledger(db)
+    mnt = full_fs("1m")
+    _fill(mnt)
+    code, _, err = _cli(capsys, "report", run, "--ledger", str(db), "--junit",
+                        str(mnt / "r.xml"))
+    assert code == 74, err  # before: 70
+    assert "No space left" in _one_line(err)
+
+
+def _corrupt(db: Path, node: str = "n1", report: str = '{"name": "n1", "reach') -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        run = c.execute("SELECT run_id FROM verifications LIMIT 1").fetchone()[0]
+        c.execute("INSERT INTO verifications (run_id, node, at, reachable, compliant, route, "
+                  "path_taken, report_json, raw_json) VALUES (?, ?, ?, 1, 1, 'nvfs', 'direct', "
+                  "?, '{}')", (run, node, "2099-01-01T00:00:00.000000Z", report))
+    c.close()
+
+
+@pytest.mark.parametrize("report", ['{"name": "n1", "reach', "[1, 2]"])
+@pytest.mark.parametrize("argv", [["status"], ["history", "n1"], ["report", "RUN", "--json", "-"],
+                                  ["export", "env", "--node", "n1"],
+                                  ["export", "deepspeed", "--node", "n1"]],
+                         ids=["status", "history", "report", "export-env", "export-deepspeed"])
+def test_one_corrupt_row_is_a_ledger_error(state: Path, capsys: pytest.CaptureFixture[str],
+                                           argv: list[str], report: str) -> None:
+    db = state / "ledger.sqlite"
+    run = _make_ledger(db)
+    _corrupt(db, report=report)
+    argv = [run if a == "RUN" else a for a in argv]
+    code, _, err = _cli(capsys, *argv, "--ledger", str(db))
+    # before: 70, "internal error (a bug ...): JSONDecodeError" / AttributeError
+    assert code == 74, err
+    line = _one_line(err)
+    assert "corrupt row" in line and "report_json" in line and "backup" in line
+
+
+@pytest.mark.parametrize(("argv", "word"), [
+    (["history", "n1", "-n", "99999999999999999999"], "--limit"),
+    (["export", "env", "--node", "n1", "--max-age", "99999999999d"], "--max-age"),
+    (["export", "env", "--node", "n1", "--max-age", "9" * 400], "--max-age"),
+])
+def test_huge_numbers_are_usage_errors(state: Path, capsys: pytest.CaptureFixture[str],
+                                       argv: list[str], word: str) -> None:
+    db = state / "ledger.sqlite"
+    _make_ledger(db)
+    code, _, err = _cli(capsys, *argv, "--ledger", str(db))
+    assert code == 64, err  # before: 70 (OverflowError)
+    assert word in _one_line(err)
+
+
+def _killed_writer(db: Path, node: str) -> None:
+    """A writer that commits a row and dies before its checkpoint (kill -9): the row is only
+    in the -wal, beside a -shm."""
+    code = ("import os, sys\nfrom provisioner.store import Ledger\n"
+            "led = Ledger.open(sys.argv[1])\nrun = led.start_run('verify', 'f')\n"
+            "led.record_verification(run, {'name': sys.argv[2], 'reachable': True, "
+            "'compliant': True, 'route': 'nvfs', 'checks': []}, step='verified')\n"
+            "os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code, str(db), node], check=True, cwd=REPO,
+                   env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert Path(f"{db}-wal").stat().st_size > 0
+
+
+@pytest.mark.parametrize("leftover", ["clean", "wal-and-shm", "wal-only"])
+def test_status_and_history_read_a_ledger_on_a_full_disk(
+        state: Path, full_fs: Any, capsys: pytest.CaptureFixture[str], leftover: str) -> None:
+    mnt = full_fs("4m")
+    db = mnt / "ledger.sqlite"
+    _make_ledger(db)
+    nodes = ["n1"]
+    if leftover != "clean":
+        _killed_writer(db, "n2")
+        nodes.append("n2")
+        if leftover == "wal-only":
+            Path(f"{db}-shm").unlink()
+    before = sorted(p.name for p in mnt.iterdir())
+    filler = _fill(mnt)
+    for argv in (["status"], *(["history", n] for n in nodes)):
+        code, out, err = _cli(capsys, *argv, "--ledger", str(db))
+        # before: 74 "disk I/O error" (the read-only open creates and grows -shm)
+        assert code == 0, (argv, err)
+        for n in (nodes if argv == ["status"] else argv[1:]):
+            assert n in out
+    filler.unlink()
+    assert sorted(p.name for p in mnt.iterdir()) == before  # nothing created there

@@ -654,3 +654,65 @@ def test_status_and_history_read_a_ledger_on_a_full_disk(
             assert n in out
     filler.unlink()
     assert sorted(p.name for p in mnt.iterdir()) == before  # nothing created there
+
+
+# ============================================================ also seen: runner leftovers
+CANARY = "s3cr3t-canary-17"
+
+
+def _leftover(ledger_dir: Path) -> Path:
+    """What ``kill -9`` of a rollout leaves: ansible-runner's command artifact holding the
+    operator's environment, secrets included, with the umask's modes."""
+    d = ledger_dir / "runner" / "artifacts" / "killed-run"
+    d.mkdir(parents=True)
+    cmd = d / "command"
+    cmd.write_text(json.dumps({"command": ["ansible-playbook", "site.yml"], "cwd": "/",
+                               "env": {"DB_PASSWORD": CANARY, "PATH": "/usr/bin",
+                                       "LEDGER_URL": f"postgresql://u:{CANARY}@db/x"}}))
+    os.chmod(cmd, 0o644)  # noqa: S103 - what the umask gave it
+    os.chmod(d, 0o755)  # noqa: S103 - what the umask gave it
+    return cmd
+
+
+def test_verify_scrubs_a_killed_runs_artifacts(state: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    _fake_verify(monkeypatch)
+    inv = state / "hosts.ini"
+    inv.write_text("[gpu_nodes]\nn1 ansible_host=127.0.0.1\n")
+    cmd = _leftover(state)
+    code, _, err = _cli(capsys, "verify", "-q", "-i", str(inv), "--ledger",
+                        str(state / "ledger.sqlite"))
+    assert code == 0, err
+    # before: the canary stayed in the file until the next rollout's end
+    text = cmd.read_text()
+    assert CANARY not in text and "PATH" in text
+    assert _mode(cmd) == 0o600 and _mode(cmd.parent) == 0o700
+
+
+SCRUB_CHECK_PLAYBOOK = """\
+- name: Stand-in site playbook that looks at the killed run's artifact
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: The artifact holds no secret by the time the playbook runs
+      ansible.builtin.command: "grep -q {{ canary }} {{ leftover }}"
+      register: found
+      failed_when: found.rc == 0
+      changed_when: false
+"""
+
+
+def test_rollout_scrubs_a_killed_runs_artifacts_before_the_playbook(
+        state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = state / "hosts.ini"
+    inv.write_text(f"[gpu_nodes]\nnode01 ansible_connection=local "
+                   f"ansible_python_interpreter={sys.executable}\n")
+    pb = state / "site.yml"
+    pb.write_text(SCRUB_CHECK_PLAYBOOK)
+    cmd = _leftover(state)
+    code, out, err = _cli(capsys, "rollout", "-i", str(inv), "--ledger",
+                          str(state / "ledger.sqlite"), "--playbook", str(pb), "--no-verify",
+                          "--plain", "-e", f"leftover={cmd}", "-e", f"canary={CANARY}")
+    # before: the playbook found the canary (the scrub came only in the run's finally): exit 3
+    assert code == 0, out + err
+    assert CANARY not in cmd.read_text()

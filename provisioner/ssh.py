@@ -325,31 +325,72 @@ class HostKeyView:
         return next((e for e in self.revoked if e.key.asbytes() == blob), None)
 
 
+@dataclass
+class _ParsedKnownHosts:
+    """One known_hosts file, parsed once per version of it (a fleet of 10,000 nodes checks
+    every node against the same files): plain names indexed, the other lines in order."""
+
+    stamp: tuple[int, int, int, int]
+    exact: dict[str, list[KnownHostEntry]]  # lower-cased literal host names
+    scanned: list[KnownHostEntry]  # hashed, wildcard and negated patterns, @cert-authority
+    revoked: list[KnownHostEntry]
+
+
+_PARSED: dict[str, _ParsedKnownHosts] = {}
+
+
+def _parsed_known_hosts(path: str) -> _ParsedKnownHosts:
+    st = os.stat(path)
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    with _FILE_LOCK:
+        cached = _PARSED.get(path)
+    if cached is not None and cached.stamp == stamp:
+        return cached
+    parsed = _ParsedKnownHosts(stamp, {}, [], [])
+    for e in read_known_hosts(path):
+        if e.marker == "@revoked":
+            parsed.revoked.append(e)
+        elif e.marker or e.patterns.startswith("|") or any(c in e.patterns for c in "*?!"):
+            parsed.scanned.append(e)
+        else:
+            for name in e.patterns.split(","):
+                if name:
+                    parsed.exact.setdefault(name.lower(), []).append(e)
+    with _FILE_LOCK:
+        if len(_PARSED) > 64:
+            _PARSED.clear()
+        _PARSED[path] = parsed
+    return parsed
+
+
 def known_host_keys(files: Sequence[str], host_key_name: str) -> HostKeyView:
-    """The plain keys listed for ``host_key_name`` (files in order, the most specific first)
-    and the revoked keys. A key on an ``@revoked`` line is refused for every host, whatever
-    its host patterns say (stricter than OpenSSH, which applies the patterns), and is taken out
-    of the plain keys even where a file lists it plainly. ``@cert-authority`` lines are skipped
-    with a warning: the verification transport does not accept host certificates, so hosts
-    checked that way need their keys listed plainly (``ssh-keyscan``)."""
+    """The plain keys listed for ``host_key_name`` (files in order, the most specific first;
+    lines in file order) and the revoked keys. A key on an ``@revoked`` line is refused for
+    every host, whatever its host patterns say (stricter than OpenSSH, which applies the
+    patterns), and is taken out of the plain keys even where a file lists it plainly.
+    ``@cert-authority`` lines are skipped with a warning: the verification transport does not
+    accept host certificates, so hosts checked that way need their keys listed plainly
+    (``ssh-keyscan``)."""
     view = HostKeyView()
     for f in files:
         if not os.path.isfile(f):
             continue
         try:
-            entries = read_known_hosts(f)
+            parsed = _parsed_known_hosts(f)
         except OSError as exc:
             raise HostKeyError(f"known_hosts file {f} cannot be read: {exc}") from exc
-        for e in entries:
-            if e.marker == "@revoked":
-                view.revoked.append(e)
-            elif e.marker == "@cert-authority":
-                if host_patterns_match(e.patterns, host_key_name):
-                    _warn_once(f, e.line, "@cert-authority line skipped: host certificates are "
-                               "not accepted by the verification transport; list the host "
-                               "keys plainly (ssh-keyscan) for the hosts it covers")
-            elif host_patterns_match(e.patterns, host_key_name):
-                view.keys.append(e)
+        view.revoked.extend(parsed.revoked)
+        found = list(parsed.exact.get(host_key_name.lower(), []))
+        for e in parsed.scanned:
+            if not host_patterns_match(e.patterns, host_key_name):
+                continue
+            if e.marker == "@cert-authority":
+                _warn_once(f, e.line, "@cert-authority line skipped: host certificates are "
+                           "not accepted by the verification transport; list the host keys "
+                           "plainly (ssh-keyscan) for the hosts it covers")
+            else:
+                found.append(e)
+        view.keys.extend(sorted(found, key=lambda e: e.line))
     view.keys = [e for e in view.keys if view.revoked_entry(e.key) is None]
     return view
 

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIMIT:  # SQLite's integers stop at 2**63
-        raise UsageError(f"--limit must be 1 to {MAX_LIMIT} (got {args.limit})")
+        raise UsageError(f"--limit must be at least 1 and at most {MAX_LIMIT} (got {args.limit})")
     location = resolve_ledger(args.ledger, args.inventory)
     with Ledger.open(location, read_only=True) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)

@@ -716,3 +716,20 @@ def test_rollout_scrubs_a_killed_runs_artifacts_before_the_playbook(
     # before: the playbook found the canary (the scrub came only in the run's finally): exit 3
     assert code == 0, out + err
     assert CANARY not in cmd.read_text()
+
+
+@pytest.mark.parametrize(("errno_", "code"), [(28, 74), (30, 74), (5, 74), (2, 70)])
+def test_storage_errors_reaching_the_top_are_74_others_stay_bugs(
+        state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        errno_: int, code: int) -> None:
+    from provisioner.commands import status
+
+    def boom(_args: Any) -> int:
+        raise OSError(errno_, os.strerror(errno_), str(state / "some.file"))
+
+    monkeypatch.setattr(status, "run", boom)
+    got, _, err = _cli(capsys, "status")
+    assert got == code, err  # before: 70 for every OSError, a full disk included
+    line = _one_line(err)
+    if code == 74:
+        assert "some.file" in line and os.strerror(errno_) in line and "free space" in line

@@ -136,16 +136,13 @@ def _hashed(name: str) -> str:
     return f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
 
 
-def test_cert_authority_line_is_skipped_and_plain_entries_still_checked(
-        pnode: ParamikoNode, client_key: Path, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cert_authority_line_keeps_plain_entries_working(
+        pnode: ParamikoNode, client_key: Path, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
     known.write_text(f"# fleet CA\n{CA_LINE}\n{pnode.line()}\n")
     # before: HostKeyError "known_hosts file ... cannot be read: Invalid key ...
     # (Incorrect padding)": every node unreachable
     assert _run(pnode, client_key, known, tmp_path) == "ok\n"
-    err = capsys.readouterr().err
-    assert "@cert-authority line skipped" in err and "line 2" in err
 
 
 def test_cert_authority_line_does_not_let_an_unknown_key_in(
@@ -154,8 +151,8 @@ def test_cert_authority_line_does_not_let_an_unknown_key_in(
     known.write_text(f"{CA_LINE}\n{pnode.line(OTHER_KEY)}\n")
     with pytest.raises(HostKeyError, match="CHANGED"):
         _run(pnode, client_key, known, tmp_path)
-    known.write_text(f"{CA_LINE}\n")
-    with pytest.raises(HostKeyError, match="is not known"):
+    known.write_text(f"{CA_LINE}\n")  # a CA, and a host that offers no certificate
+    with pytest.raises(HostKeyError, match="offered no certificate"):
         _run(pnode, client_key, known, tmp_path)
 
 
@@ -733,3 +730,119 @@ def test_storage_errors_reaching_the_top_are_74_others_stay_bugs(
     line = _one_line(err)
     if code == 74:
         assert "some.file" in line and os.strerror(errno_) in line and "free space" in line
+
+
+# ============================================================ 11: host certificates (OpenSSH)
+SSHD = "/usr/sbin/sshd"
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path)],
+                   check=True)
+
+
+def _sign(root: Path, ca: str, name: str, *opts: str) -> Path:
+    """A host certificate of the host key, signed by ``ca`` (ssh-keygen -s ... -h)."""
+    pub = root / f"{name}.pub"
+    pub.write_text((root / "host_key.pub").read_text())
+    subprocess.run(["ssh-keygen", "-q", "-s", str(root / ca), "-h", "-I", name, *opts,
+                    str(pub)], check=True)
+    return root / f"{name}-cert.pub"
+
+
+@pytest.fixture(scope="module")
+def certlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """OpenSSH's sshd on loopback with a host key and a swappable HostCertificate."""
+    if not os.path.exists(SSHD) or os.geteuid() != 0:
+        pytest.skip("needs OpenSSH's sshd (scripts/setup.sh installs it) and root")
+    root = tmp_path_factory.mktemp("certlab")
+    for k in ("host_key", "ca", "other_ca", "client_key"):
+        _keygen(root / k)
+    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+    Path("/run/sshd").mkdir(exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def serve(cert: Path) -> int:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+        procs.clear()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        cfg = root / "sshd_config"
+        cfg.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {root}/host_key\n"
+                       f"HostCertificate {cert}\nPidFile {root}/sshd.pid\n"
+                       f"AuthorizedKeysFile {root}/authorized_keys\nStrictModes no\n"
+                       "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+                       "PermitRootLogin prohibit-password\nLogLevel ERROR\n")
+        procs.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)],
+                                      stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return port
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("sshd did not start")
+
+    try:
+        yield {"root": root, "serve": serve}
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+def _cert_run(certlab: dict[str, Any], tmp_path: Path, cert: Path, known_lines: str) -> str:
+    root: Path = certlab["root"]
+    port = certlab["serve"](cert)
+    known = tmp_path / "known_hosts"
+    known.write_text(known_lines.replace("PORT", str(port)))
+    settings = SSHSettings(managed_known_hosts=str(tmp_path / "managed"),
+                           user_known_hosts=str(tmp_path / "none"),
+                           system_known_hosts=str(tmp_path / "none2"), ssh_config=None,
+                           connect_timeout=5.0, retry_delay_s=0.01)
+    node = Node(name="n1", address="127.0.0.1", port=port, user="root",
+                key_file=str(root / "client_key"),
+                ssh_options=(("UserKnownHostsFile", str(known)),))
+    with SSHRunner(node, settings) as r:
+        return r.run("echo certified", timeout=10).stdout
+
+
+def _ca_line(root: Path, ca: str = "ca", pattern: str = "[127.0.0.1]:*") -> str:
+    return f"@cert-authority {pattern} {(root / f'{ca}.pub').read_text().strip()}\n"
+
+
+def test_host_certificate_from_a_listed_ca_is_accepted(certlab: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    root = certlab["root"]
+    cert = _sign(root, "ca", "good", "-n", "127.0.0.1", "-V", "-5m:+1h")
+    # the host key itself is listed nowhere: only the CA vouches for it
+    assert _cert_run(certlab, tmp_path, cert, _ca_line(root)) == "certified\n"
+
+
+@pytest.mark.parametrize(("ca", "opts", "lines", "why"), [
+    ("other_ca", ["-n", "127.0.0.1"], "ca", "CA no @cert-authority line lists"),
+    ("ca", ["-n", "gpu-99.example"], "ca", "not 127.0.0.1"),
+    ("ca", ["-n", "127.0.0.1", "-V", "-2h:-1h"], "ca", "expired"),
+    ("ca", ["-n", "127.0.0.1", "-V", "+1h:+2h"], "ca", "not yet valid"),
+    ("ca", ["-n", "127.0.0.1", "-O", "force-command=/bin/true"], "ca", "critical options"),
+    ("ca", ["-n", "127.0.0.1"], "ca-revoked", "is not known"),
+    ("ca", ["-n", "127.0.0.1"], "ca-other-hosts", "is not known"),
+    ("ca", ["-n", "127.0.0.1"], "host-revoked", "REVOKED"),
+])
+def test_host_certificate_rules(certlab: dict[str, Any], tmp_path: Path, ca: str,
+                                opts: list[str], lines: str, why: str) -> None:
+    root = certlab["root"]
+    cert = _sign(root, ca, f"c{abs(hash((ca, *opts, lines)))}", *opts)
+    known = {
+        "ca": _ca_line(root),
+        "ca-revoked": _ca_line(root) + f"@revoked * {(root / 'ca.pub').read_text().strip()}\n",
+        "ca-other-hosts": _ca_line(root, pattern="*.example.org"),
+        "host-revoked": _ca_line(root)
+        + f"@revoked * {(root / 'host_key.pub').read_text().strip()}\n",
+    }[lines]
+    with pytest.raises(HostKeyError, match=why):
+        _cert_run(certlab, tmp_path, cert, known)

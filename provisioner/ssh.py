@@ -369,9 +369,8 @@ def known_host_keys(files: Sequence[str], host_key_name: str) -> HostKeyView:
     lines in file order) and the revoked keys. A key on an ``@revoked`` line is refused for
     every host, whatever its host patterns say (stricter than OpenSSH, which applies the
     patterns), and is taken out of the plain keys even where a file lists it plainly.
-    ``@cert-authority`` lines are skipped with a warning: the verification transport does not
-    accept host certificates, so hosts checked that way need their keys listed plainly
-    (``ssh-keyscan``)."""
+    The CAs of the ``@cert-authority`` lines whose patterns match the host (a revoked CA left
+    out) go to ``cas``: :func:`check_host_certificate` judges a certificate by them."""
     view = HostKeyView()
     for f in files:
         if not os.path.isfile(f):

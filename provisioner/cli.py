@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import logging
 import os
@@ -16,6 +17,9 @@ from provisioner.debuglog import report_internal
 from provisioner.errors import ProvisionerError
 from provisioner.exitcodes import Exit
 from provisioner.redact import forget_all, redact_text, register_argv
+
+# OSErrors that say the storage failed, not the program: exit 74 (LEDGER, sysexits EX_IOERR)
+_IO_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 _HELP = {
     "verify": "prove node by node that GPUDirect Storage takes the direct path",
@@ -90,6 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             sys.stderr.close()
         return int(Exit.OK)
+    except OSError as exc:
+        if exc.errno not in _IO_ERRNOS:
+            report_internal(prog, exc)
+            return int(Exit.INTERNAL)
+        # a full disk, a read-only mount, a failing device: not a bug (74, I/O; one line)
+        where = f" on {exc.filename}" if exc.filename else ""
+        print(redact_text(f"{prog}: error: I/O error{where}: {exc.strerror}; free space (or "
+                          f"fix the filesystem) and run the same command again"),
+              file=sys.stderr)
+        return int(Exit.LEDGER)
     except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
         report_internal(prog, exc)
         return int(Exit.INTERNAL)

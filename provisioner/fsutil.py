@@ -4,12 +4,32 @@ ledger, the rollout lock, reports, the runner's private data folder, the debug l
 They are created owner-only: files 0600, folders 0700, by ``os.open``/``mkdir`` with that mode,
 so the operator's umask can only narrow them further; nothing here ever widens a mode.
 Shared helpers so every writer (reports, ledger, lock, runner) does the same.
+
+Symlinks are never replaced (issue 17: ``verify --junit /dev/stderr`` as root replaced the
+``/dev/stderr`` link with a regular file). :func:`write_atomic` follows the path to what it
+names and:
+
+* a regular file, or a new file in an existing folder: written atomically there, in the
+  target's own folder (the links on the way are kept);
+* a character device or a FIFO (``/dev/null``, a terminal, a pipe) or a file descriptor's
+  name (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``): with
+  ``special_ok`` (reports), written directly: opened for appending, never created, truncated
+  or re-moded (not atomic: a stream has no "old version"); without it, refused;
+* anything else (a directory, a socket, a block device): refused;
+* a symlink in a sticky, world-writable folder (``/tmp``) owned by neither the caller nor the
+  folder's owner: refused, the rule of Linux's ``fs.protected_symlinks``, which a rename over
+  the resolved target would otherwise get around.
+
+Refusals raise :class:`SpecialFileError` (an ``OSError``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -18,10 +38,47 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 
 
+def project_state_dir() -> Path:
+    """The provisioner's own state folder: ``$XDG_STATE_HOME/gdsfleet`` (default
+    ``~/.local/state/gdsfleet``), home of the default ledger, the project-managed known_hosts
+    and the debug log."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(state) / "gdsfleet"
+
+
+def is_project_state_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is :func:`project_state_dir` (not a folder the operator named)."""
+    mine = project_state_dir()
+    try:
+        return os.path.samefile(path, mine)
+    except OSError:
+        return os.path.abspath(path) == os.path.abspath(mine)
+
+
+def narrow_owned(path: str | os.PathLike[str]) -> bool:
+    """Take the group/other bits off ``path`` when it is the caller's own and not a symlink
+    (never adding a bit); True when its mode changed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or not mode & 0o077:
+        return False
+    os.chmod(path, mode & 0o700)
+    return True
+
+
 def private_dir(path: str | os.PathLike[str], *, narrow: bool = False) -> Path:
     """Create ``path`` (and missing parents) 0700; ``narrow``: also take group/other bits off
-    an existing folder that the provisioner owns (e.g. ``runner/``), never adding any."""
+    an existing folder that the provisioner owns (e.g. ``runner/``), never adding any.
+
+    The provisioner's own state folder (:func:`project_state_dir`) is always narrowed: the
+    docs promise it is 0700, and an older version created it 0755. A folder the operator
+    named (``--ledger ~/ledger.sqlite``: their home) is never chmod'ed; only what this
+    creates is 0700."""
     p = Path(path)
+    narrow = narrow or is_project_state_dir(p)
     missing = []
     cur = p
     while not cur.exists() and cur != cur.parent:
@@ -31,9 +88,7 @@ def private_dir(path: str | os.PathLike[str], *, narrow: bool = False) -> Path:
         with contextlib.suppress(FileExistsError):
             d.mkdir(mode=DIR_MODE)
     if narrow and not missing:
-        st = p.stat()
-        if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.getuid():
-            os.chmod(p, stat.S_IMODE(st.st_mode) & DIR_MODE)
+        narrow_owned(p)
     return p
 
 
@@ -67,13 +122,104 @@ def write_private(path: str | os.PathLike[str], data: str | bytes) -> None:
     write_atomic(path, data, mode=FILE_MODE)
 
 
+class SpecialFileError(OSError):
+    """A path :func:`write_atomic` will not write (see the module's docstring)."""
+
+
+# a file descriptor's own name: the kernel's "magic" link does the right thing, readlink
+# gives "pipe:[123]" or the file it was opened on, which must not be renamed over
+_FD_PATH = re.compile(r"^/(proc/(self|thread-self|[0-9]+)|dev)/fd/[0-9]+$")
+_FD_NAMES = ("/dev/stdin", "/dev/stdout", "/dev/stderr")
+
+
+def resolve_output(path: str | os.PathLike[str]) -> tuple[Path, bool]:
+    """Where a write to ``path`` lands: (the final, non-link path, True when it names a file
+    descriptor). Follows the links one by one; refuses one that ``fs.protected_symlinks``
+    would not follow."""
+    p = Path(os.path.abspath(Path(path).expanduser()))
+    for _ in range(40):
+        if str(p) in _FD_NAMES or _FD_PATH.match(str(p)):
+            return p, True
+        try:
+            st = os.lstat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            break
+        if not stat.S_ISLNK(st.st_mode):
+            break
+        _check_protected_link(p, st)
+        p = Path(os.path.normpath(Path(os.path.realpath(p.parent)) / os.readlink(p)))
+    else:
+        raise SpecialFileError(errno.ELOOP, "too many levels of symbolic links", str(path))
+    # the folder, with its own links resolved (the rename happens in the real folder)
+    with contextlib.suppress(OSError):
+        return Path(os.path.realpath(p.parent)) / p.name, False
+    return p, False
+
+
+def _check_protected_link(link: Path, st: os.stat_result) -> None:
+    try:
+        dst = os.stat(link.parent)
+    except OSError:
+        return
+    sticky_public = dst.st_mode & stat.S_ISVTX and dst.st_mode & stat.S_IWOTH
+    if sticky_public and st.st_uid not in (os.geteuid(), dst.st_uid):
+        raise SpecialFileError(
+            errno.EACCES, f"a symlink owned by uid {st.st_uid} in the sticky, world-writable "
+            f"folder {link.parent}: not followed (as fs.protected_symlinks would not); give the "
+            f"real path", str(link))
+
+
+def _write_stream(path: Path, data: bytes) -> None:
+    """Write a character device, FIFO or file descriptor's name: appended, not created."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads, a socket
+            raise SpecialFileError(errno.ENXIO, "cannot be opened for writing (a FIFO with no "
+                                   "reader, or a socket)", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)
+                or stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            raise SpecialFileError(errno.EINVAL, "not a stream or file", str(path))
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes, *,
-                 mode: int = FILE_MODE) -> None:
+                 mode: int = FILE_MODE, special_ok: bool = False) -> None:
     """Write ``path`` atomically: a temp file in the target's own folder (the rename never
     crosses a filesystem), ``mode`` narrowed by the umask, fsync, rename. A reader sees the old
     file or the new one, never half of one. A missing folder is created 0700 for a private
-    ``mode``, or as a plain ``mkdir`` would for a file others read."""
-    target = Path(path).expanduser()
+    ``mode``, or as a plain ``mkdir`` would for a file others read.
+
+    A symlink is followed, never replaced; a device, FIFO or file descriptor's name is written
+    directly with ``special_ok`` and refused otherwise (module docstring)."""
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    target, is_fd = resolve_output(path)
+    if is_fd:
+        if not special_ok:
+            raise SpecialFileError(errno.EINVAL, "names a file descriptor, not a file",
+                                   str(path))
+        _write_stream(target, blob)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        st = os.stat(target)
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            if not special_ok:
+                raise SpecialFileError(errno.EINVAL, "is a device or FIFO, not a file",
+                                       str(path))
+            _write_stream(target, blob)
+            return
+        if not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise SpecialFileError(errno.EINVAL, f"is {what}", str(path))
     if mode & 0o077:  # a file others read (the Prometheus textfile): its folder must be too
         target.parent.mkdir(parents=True, exist_ok=True)
     else:
@@ -82,7 +228,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *,
     try:
         os.fchmod(fd, mode & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            fh.write(blob)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
@@ -104,5 +250,7 @@ def current_umask() -> int:
     return old
 
 
-__all__ = ["DIR_MODE", "FILE_MODE", "append_private", "create_private", "current_umask",
-           "open_private", "private_dir", "write_atomic", "write_private"]
+__all__ = ["DIR_MODE", "FILE_MODE", "SpecialFileError", "append_private", "create_private",
+           "current_umask", "is_project_state_dir", "narrow_owned", "open_private", "private_dir",
+           "project_state_dir", "resolve_output", "write_atomic",
+           "write_private"]

@@ -42,7 +42,30 @@ _CONN_VARS = (
     "ansible_connection",
     "ansible_become",
     "ansible_python_interpreter",
+    # read only to refuse them (host_key_policy_problems): they weaken or replace the
+    # playbook half's host-key checking
+    "ansible_ssh_args",
+    "ansible_scp_extra_args",
+    "ansible_sftp_extra_args",
+    "ansible_host_key_checking",
+    "ansible_ssh_host_key_checking",
+    "ansible_paramiko_host_key_checking",
+    "ansible_paramiko_host_key_auto_add",
+    "ansible_paramiko_record_host_keys",
 )
+
+# ansible_connection values where the rollout's host-key policy holds: OpenSSH with the
+# provisioner's arguments first (StrictHostKeyChecking=yes), or the controller itself.
+# paramiko, docker, winrm ... check host keys their own way (or not at all): refused.
+SSH_CONNECTIONS = frozenset({"ssh", "smart", "ansible.builtin.ssh", "ansible.legacy.ssh"})
+LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local", "ansible.legacy.local"})
+# Variables whose SSH options are checked for a weaker host-key policy.
+_SSH_ARG_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args",
+                 "ansible_scp_extra_args", "ansible_sftp_extra_args")
+_HOST_KEY_CHECKING_VARS = ("ansible_host_key_checking", "ansible_ssh_host_key_checking",
+                           "ansible_paramiko_host_key_checking")
+_AUTO_ADD_VARS = ("ansible_paramiko_host_key_auto_add", "ansible_paramiko_record_host_keys")
+_NULL_FILES = {"/dev/null", "none", "nul"}
 
 
 @dataclass(frozen=True)
@@ -135,6 +158,92 @@ def parse_ssh_args(host: str, var: str, args: str) -> list[tuple[str, str]]:
             key, _, val = value.partition(" ")
         options.append((key.strip(), val.strip()))
     return options
+
+
+def weakening_ssh_options(args: str) -> list[str]:
+    """The ``-o`` options in an OpenSSH argument string that weaken or bypass host-key
+    checking, as written (``StrictHostKeyChecking=no``). Unparseable text counts as one."""
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return [args]
+    found: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "-o" and i + 1 < len(words):
+            opt, i = words[i + 1], i + 2
+        elif word.startswith("-o") and len(word) > 2:
+            opt, i = word[2:], i + 1
+        else:
+            i += 1
+            continue
+        key, sep, val = opt.partition("=")
+        if not sep:
+            key, _, val = opt.strip().partition(" ")
+        key, val = key.strip().lower(), val.strip().strip("\"'").lower()
+        weak = (
+            (key == "stricthostkeychecking" and val not in ("yes", "true"))
+            or (key in ("userknownhostsfile", "globalknownhostsfile")
+                and any(f in _NULL_FILES for f in val.split()))
+            or key in ("knownhostscommand", "hostkeyalias")
+            or (key == "verifyhostkeydns" and val not in ("no", "false"))
+            or (key == "nohostauthenticationforlocalhost" and val not in ("no", "false"))
+        )
+        if weak:
+            found.append(opt)
+    return found
+
+
+def _falsy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return not value
+    return str(value).strip().lower() in ("no", "false", "0", "off", "n", "f", "")
+
+
+def host_key_policy_problems(node: Node) -> list[str]:
+    """What in ``node``'s inventory variables weakens or replaces the host-key policy of the
+    rollout's playbook runs; each names the host, the variable and the fix. Empty: none."""
+    hv = node.vars
+    where = "remove it from the inventory (hosts file, host_vars/ or group_vars/)"
+    out: list[str] = []
+    conn = str(hv.get("ansible_connection") or "ssh").strip()
+    if conn not in SSH_CONNECTIONS and conn not in LOCAL_CONNECTIONS:
+        out.append(f"host {node.name!r}: ansible_connection={conn!r} checks host keys its own "
+                   f"way, outside the provisioner's policy; use ssh (or local for the "
+                   f"controller itself)")
+    if hv.get("ansible_ssh_args") not in (None, ""):
+        out.append(f"host {node.name!r}: ansible_ssh_args replaces the provisioner's SSH "
+                   f"arguments (StrictHostKeyChecking=yes among them); put options in "
+                   f"ansible_ssh_common_args instead")
+    for var in _SSH_ARG_VARS:
+        value = hv.get(var)
+        if value:
+            weak = weakening_ssh_options(str(value))
+            if weak:
+                out.append(f"host {node.name!r}: {var} holds {', '.join(weak)}, which weakens "
+                           f"host-key checking; {where}")
+    for var in _HOST_KEY_CHECKING_VARS:
+        if var in hv and _falsy(hv[var]):
+            out.append(f"host {node.name!r}: {var}={hv[var]!r} turns host-key checking off; "
+                       f"{where}")
+    for var in _AUTO_ADD_VARS:
+        if var in hv and not _falsy(hv[var]):
+            out.append(f"host {node.name!r}: {var}={hv[var]!r} accepts unknown host keys; "
+                       f"{where}")
+    return out
+
+
+def host_key_problems(inventory: Inventory, shown: int = 3) -> list[str]:
+    """:func:`host_key_policy_problems` of every selected node, the first ``shown`` of them
+    and a count of the rest (a group_vars/ line would otherwise repeat once per host)."""
+    found = [(n.name, p) for n in inventory.nodes for p in host_key_policy_problems(n)]
+    shown_list = [p for _, p in found[:shown]]
+    if len(found) > shown:
+        hosts = {name for name, _ in found[shown:]}
+        shown_list.append(f"and {len(found) - shown} more such variable(s) on "
+                          f"{len(hosts)} host(s)")
+    return shown_list
 
 
 def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any]) -> Node:
@@ -355,13 +464,15 @@ def selection_problems(
 
     * two host names with the same address and port (the same machine would be provisioned
       twice, concurrently, and recorded under two names);
+    * a variable that weakens or replaces the host-key policy of the playbook runs
+      (:func:`host_key_policy_problems`);
     * a selected node the site playbook does not target (``hosts: gds_target``, default
       ``gpu_nodes``): it would be planned as "provision + verify", skipped by the playbook, then
       fail in the canary's verification.
 
     ``target_pattern`` None skips the second check (a playbook of the operator's own).
     """
-    problems: list[str] = []
+    problems: list[str] = host_key_problems(inventory)
     seen: dict[tuple[str, int], str] = {}
     for n in inventory.nodes:
         if n.connection == "local":  # no address: the controller itself

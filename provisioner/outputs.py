@@ -3,14 +3,16 @@
 A run that verified or provisioned every node and then cannot write its report has wasted the
 operator's time (and used to end in a traceback): before the first node is touched, an existing
 target must be a writable regular file, and otherwise the nearest existing directory on its
-path must take a new file (the writers create the missing directories below it).
+path must take a new file (the writers create the missing directories below it). A symlink is
+judged by what it points to (the writers follow it, never replace it); a character device, a
+FIFO or a file descriptor's name (``/dev/stdout``, ``/dev/stderr``) is accepted where a file
+is (the writers write it directly: provisioner.fsutil).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
 from provisioner.errors import UsageError
 
@@ -23,7 +25,16 @@ def check_output_path(option: str, value: str | None, *, stdout_ok: bool = True)
         if stdout_ok:
             return
         raise UsageError(f"{option} -: this report cannot go to stdout; give a file")
-    path = Path(value).expanduser()
+    from provisioner.fsutil import SpecialFileError, resolve_output
+
+    try:
+        path, is_fd = resolve_output(value)
+    except SpecialFileError as exc:
+        raise UsageError(f"{option} {value}: {exc.strerror}") from None
+    except OSError as exc:
+        raise UsageError(f"{option} {value}: {exc.strerror}; choose another path") from None
+    if is_fd or path.is_char_device() or path.is_fifo():
+        return  # written directly by the writers; nothing to probe
     if path.is_dir():
         raise UsageError(f"{option} {value}: is a directory; give a file name")
     if path.exists():

@@ -29,11 +29,13 @@ One connection per node, reused for every command of the verification. What it p
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import errno
 import fcntl
 import getpass
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -159,13 +161,18 @@ def _display_path(path: str) -> str:
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Unknown host key: refuse with the fix, or (opt-in) add it to the managed file."""
 
-    def __init__(self, target: Target, settings: SSHSettings, node_name: str) -> None:
+    def __init__(self, target: Target, settings: SSHSettings, node_name: str,
+                 view: HostKeyView | None = None) -> None:
         self.target = target
         self.settings = settings
         self.node_name = node_name
+        self.view = view
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
         fp = fingerprint(key)
+        revoked = self.view.revoked_entry(key) if self.view is not None else None
+        if revoked is not None:  # before accept-new: a revoked key is never added
+            raise _revoked_error(self.node_name, hostname, key, revoked)
         if self.settings.accept_new_host_keys:
             add_known_host(self.settings.managed_known_hosts, hostname, key)
             sys.stderr.write(
@@ -194,11 +201,17 @@ def _key_file_type(key_name: str) -> str:
 
 
 def add_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
-    """Append ``hostname key`` to a known_hosts file (locked; safe from parallel workers)."""
+    """Append ``hostname key`` to a known_hosts file (locked; safe from parallel workers),
+    created 0600 in a folder created 0700."""
+    from provisioner.fsutil import is_project_state_dir, narrow_owned, open_private, private_dir
+
     p = Path(path).expanduser()
-    p.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(p.parent)  # 0700 when created (the project's state folder: always narrowed)
+    if is_project_state_dir(p.parent):
+        narrow_owned(p)  # an older version's 0644 file
     line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-    with _FILE_LOCK, open(p, "a", encoding="ascii") as fh:
+    fd = open_private(p)  # created 0600, appended
+    with _FILE_LOCK, open(fd, "a", encoding="ascii") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             fh.write(line)
@@ -208,23 +221,359 @@ def add_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _files_with_key(files: Sequence[str], hostname: str) -> list[tuple[str, paramiko.PKey]]:
-    found = []
-    for f in files:
+# known_hosts, read as OpenSSH reads it (sshd(8) "SSH_KNOWN_HOSTS FILE FORMAT"): an optional
+# marker (@revoked, @cert-authority), comma-separated host patterns (wildcards * and ?, a
+# leading ! negates, |1|salt|hash hashed names, [host]:port), key type, base64 key, comment.
+# paramiko's own HostKeys fails on a marker line ("Incorrect padding") and so made every node
+# unreachable; a line this parser cannot use is skipped (as OpenSSH does), never fatal.
+_KNOWN_HOSTS_MAX_LINE = 65536
+_WARNED: set[tuple[str, int]] = set()
+
+
+@dataclass
+class KnownHostEntry:
+    file: str
+    line: int
+    marker: str  # "", "@revoked" or "@cert-authority"
+    patterns: str
+    key: paramiko.PKey
+
+
+def _pattern_match(pattern: str, name: str) -> bool:
+    """OpenSSH's match_pattern: ``*`` and ``?`` wildcards, case-insensitive, nothing else
+    special (``[host]:port`` is literal)."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, name, re.IGNORECASE | re.DOTALL) is not None
+
+
+def host_patterns_match(patterns: str, name: str) -> bool:
+    """Whether a known_hosts line's host field names ``name`` (OpenSSH's match_hostname: a
+    matching negated pattern wins over any positive one; a hashed entry is one name)."""
+    if patterns.startswith("|1|"):
         try:
-            keys = paramiko.HostKeys(f)
-        except (OSError, paramiko.SSHException, ValueError):
+            _, _, salt_b64, digest_b64 = patterns.split("|", 3)
+            salt = base64.b64decode(salt_b64, validate=True)
+            digest = base64.b64decode(digest_b64, validate=True)
+        except (ValueError, binascii.Error):
+            return False
+        mine = hmac.new(salt, name.encode("utf-8"), hashlib.sha1).digest()
+        return hmac.compare_digest(mine, digest)
+    matched = False
+    for pat in patterns.split(","):
+        negated = pat.startswith("!")
+        if negated:
+            pat = pat[1:]
+        if pat and _pattern_match(pat, name):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def _warn_once(path: str, line: int, message: str) -> None:
+    with _FILE_LOCK:
+        if (path, line) in _WARNED:
+            return
+        _WARNED.add((path, line))
+    sys.stderr.write(f"warning: {_display_path(path)} line {line}: {message}\n")
+
+
+def read_known_hosts(path: str) -> list[KnownHostEntry]:
+    """Every usable line of one known_hosts file. Comments, blank and malformed lines and key
+    types paramiko cannot load are skipped (a malformed line once with a warning); an
+    unreadable file raises OSError."""
+    entries: list[KnownHostEntry] = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if len(raw) > _KNOWN_HOSTS_MAX_LINE:
+                _warn_once(path, lineno, "line too long; skipped")
+                continue
+            text = raw.decode("utf-8", "replace").strip()
+            if not text or text.startswith("#"):
+                continue
+            fields = text.split()
+            marker = ""
+            if fields[0].startswith("@"):
+                marker = fields.pop(0).lower()
+                if marker not in ("@revoked", "@cert-authority"):
+                    _warn_once(path, lineno, f"unknown marker {marker[:40]!r}; line skipped")
+                    continue
+            if len(fields) < 3:
+                _warn_once(path, lineno, "not 'hosts keytype key'; line skipped")
+                continue
+            patterns, keytype, blob = fields[:3]
+            try:
+                key = paramiko.PKey.from_type_string(keytype, base64.b64decode(blob,
+                                                                                validate=True))
+            except (ValueError, binascii.Error, paramiko.SSHException, TypeError):
+                if marker or keytype.startswith(("ssh-", "ecdsa-", "rsa-")):
+                    _warn_once(path, lineno, f"{keytype[:60]} key cannot be read; line skipped")
+                continue  # e.g. sk-* security-key types paramiko does not load
+            entries.append(KnownHostEntry(path, lineno, marker, patterns, key))
+    return entries
+
+
+@dataclass
+class HostKeyView:
+    """What the known_hosts files say about one host name."""
+
+    keys: list[KnownHostEntry] = field(default_factory=list)  # plain, not revoked, in order
+    revoked: list[KnownHostEntry] = field(default_factory=list)  # every @revoked line
+    cas: list[KnownHostEntry] = field(default_factory=list)  # @cert-authority, not revoked
+
+    def revoked_entry(self, key: paramiko.PKey) -> KnownHostEntry | None:
+        blob = key.asbytes()
+        return next((e for e in self.revoked if e.key.asbytes() == blob), None)
+
+
+@dataclass
+class _ParsedKnownHosts:
+    """One known_hosts file, parsed once per version of it (a fleet of 10,000 nodes checks
+    every node against the same files): plain names indexed, the other lines in order."""
+
+    stamp: tuple[int, int, int, int]
+    exact: dict[str, list[KnownHostEntry]]  # lower-cased literal host names
+    scanned: list[KnownHostEntry]  # hashed, wildcard and negated patterns, @cert-authority
+    revoked: list[KnownHostEntry]
+
+
+_PARSED: dict[str, _ParsedKnownHosts] = {}
+
+
+def _parsed_known_hosts(path: str) -> _ParsedKnownHosts:
+    st = os.stat(path)
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    with _FILE_LOCK:
+        cached = _PARSED.get(path)
+    if cached is not None and cached.stamp == stamp:
+        return cached
+    parsed = _ParsedKnownHosts(stamp, {}, [], [])
+    for e in read_known_hosts(path):
+        if e.marker == "@revoked":
+            parsed.revoked.append(e)
+        elif e.marker or e.patterns.startswith("|") or any(c in e.patterns for c in "*?!"):
+            parsed.scanned.append(e)
+        else:
+            for name in e.patterns.split(","):
+                if name:
+                    parsed.exact.setdefault(name.lower(), []).append(e)
+    with _FILE_LOCK:
+        if len(_PARSED) > 64:
+            _PARSED.clear()
+        _PARSED[path] = parsed
+    return parsed
+
+
+def known_host_keys(files: Sequence[str], host_key_name: str) -> HostKeyView:
+    """The plain keys listed for ``host_key_name`` (files in order, the most specific first;
+    lines in file order) and the revoked keys. A key on an ``@revoked`` line is refused for
+    every host, whatever its host patterns say (stricter than OpenSSH, which applies the
+    patterns), and is taken out of the plain keys even where a file lists it plainly.
+    The CAs of the ``@cert-authority`` lines whose patterns match the host (a revoked CA left
+    out) go to ``cas``: :func:`check_host_certificate` judges a certificate by them."""
+    view = HostKeyView()
+    for f in files:
+        if not os.path.isfile(f):
             continue
-        entry = keys.lookup(hostname)
-        if entry:
-            for ktype in entry:
-                found.append((f, entry[ktype]))
-    return found
+        try:
+            parsed = _parsed_known_hosts(f)
+        except OSError as exc:
+            raise HostKeyError(f"known_hosts file {f} cannot be read: {exc}") from exc
+        view.revoked.extend(parsed.revoked)
+        found = list(parsed.exact.get(host_key_name.lower(), []))
+        for e in parsed.scanned:
+            if not host_patterns_match(e.patterns, host_key_name):
+                continue
+            if e.marker == "@cert-authority":
+                view.cas.append(e)
+            else:
+                found.append(e)
+        view.keys.extend(sorted(found, key=lambda e: e.line))
+    view.keys = [e for e in view.keys if view.revoked_entry(e.key) is None]
+    view.cas = [e for e in view.cas if view.revoked_entry(e.key) is None]
+    return view
+
+
+# ----------------------------------------------------------------- host certificates
+# OpenSSH's PROTOCOL.certkeys: a host certificate is accepted when it is of type host (2), its
+# signature key is a CA listed on an @cert-authority line whose patterns match the host (and
+# that no @revoked line names), the signature verifies, now is within its validity, its
+# principals (when it lists any) name the host, and it carries no critical option
+# (sshconnect.c check_host_cert). paramiko negotiates a certificate only for the first key
+# type of its host-key table: ssh-ed25519-cert-v01@openssh.com, OpenSSH's default host key.
+CERT_HOST = 2
+_PREFERRED_CERT = "ssh-ed25519-cert-v01@openssh.com"
+_PLAIN_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                "ecdsa-sha2-nistp521", "ssh-rsa")
+
+
+def check_host_certificate(cert_blob: bytes, hostname: str, cas: Sequence[KnownHostEntry],
+                           revoked: HostKeyView, now: float | None = None) -> str | None:
+    """Why the host certificate ``cert_blob`` is not acceptable for ``hostname`` (no port),
+    or None when it is (rules above)."""
+    try:
+        m = paramiko.Message(cert_blob)
+        ctype = m.get_text()
+        m.get_string()  # nonce
+        if ctype.startswith("ssh-ed25519-cert-"):
+            m.get_string()
+        elif ctype.startswith("ecdsa-sha2-"):
+            m.get_text()
+            m.get_string()
+        elif ctype.startswith("ssh-rsa-cert-"):
+            m.get_mpint()
+            m.get_mpint()
+        else:
+            return f"certificate type {ctype[:60]!r} is not supported"
+        m.get_int64()  # serial
+        cert_type = m.get_int()
+        key_id = m.get_text()[:80]
+        principals_blob = m.get_string()
+        valid_after, valid_before = m.get_int64(), m.get_int64()
+        critical = m.get_string()
+        m.get_string()  # extensions
+        m.get_string()  # reserved
+        ca_blob = m.get_string()
+        signed = cert_blob[:m.packet.tell()]
+        signature = m.get_string()
+        principals = []
+        pm = paramiko.Message(principals_blob)
+        while pm.get_remainder():
+            principals.append(pm.get_text())
+    except Exception:  # noqa: BLE001 - any malformed blob is a refusal, never a crash
+        return "the certificate cannot be parsed"
+    if cert_type != CERT_HOST:
+        return f"certificate {key_id!r} is not a host certificate"
+    ca = next((e for e in cas if e.key.asbytes() == ca_blob), None)
+    if ca is None:
+        return f"certificate {key_id!r} is signed by a CA no @cert-authority line lists for it"
+    if revoked.revoked_entry(ca.key) is not None:
+        return f"certificate {key_id!r} is signed by a revoked CA"
+    try:
+        sig_alg = paramiko.Message(signature).get_text()
+        ok = sig_alg != "ssh-rsa" and ca.key.verify_ssh_sig(signed, paramiko.Message(signature))
+    except Exception:  # noqa: BLE001 - a malformed signature is a bad signature
+        ok = False
+    if not ok:
+        return f"certificate {key_id!r}: bad signature (or a SHA-1 RSA signature)"
+    t = time.time() if now is None else now
+    if t < valid_after:
+        return f"certificate {key_id!r} is not yet valid"
+    if t >= valid_before:
+        return f"certificate {key_id!r} has expired"
+    if principals and hostname not in principals:
+        return (f"certificate {key_id!r} is for {', '.join(p[:80] for p in principals[:5])}, "
+                f"not {hostname}")
+    if critical:
+        return f"certificate {key_id!r} carries critical options (not allowed for a host)"
+    return None
+
+
+class _HostKeyCheck:
+    """Every acceptable key of one type, as one entry of paramiko's host-key table: paramiko
+    compares the key the host offers with it (``!=``), and it answers by the known_hosts rules:
+    a plainly listed key, or a host certificate a listed CA signed, never a revoked key."""
+
+    def __init__(self, name: str, plain: Sequence[paramiko.PKey], view: HostKeyView,
+                 hostname: str) -> None:
+        self.name = name
+        self.plain = list(plain)
+        self.view = view
+        self.hostname = hostname
+        self.reason = ""
+
+    def _shown(self) -> paramiko.PKey:
+        return self.plain[0] if self.plain else self.view.cas[0].key
+
+    def get_name(self) -> str:
+        return self.name
+
+    def asbytes(self) -> bytes:
+        return bytes(self._shown().asbytes())
+
+    def get_base64(self) -> str:
+        return str(self._shown().get_base64())
+
+    def accepts(self, key: Any) -> bool:
+        if self.view.revoked_entry(key) is not None:
+            self.reason = "the host key is revoked"
+            return False
+        if any(key.asbytes() == p.asbytes() for p in self.plain):
+            return True
+        blob = getattr(key, "public_blob", None)
+        if blob is None or not str(blob.key_type).endswith("-cert-v01@openssh.com"):
+            self.reason = "the host offered no certificate"
+            return False
+        why = check_host_certificate(bytes(blob.key_blob), self.hostname, self.view.cas,
+                                     self.view)
+        self.reason = why or ""
+        return why is None
+
+    def __eq__(self, other: object) -> bool:
+        return self.accepts(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.accepts(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _fill_host_keys(client: paramiko.SSHClient, target: Target, view: HostKeyView) -> None:
+    """Put what ``view`` accepts into ``client``'s host-key table. Without a CA for the host:
+    the first plain key of each type (most specific file first; paramiko keeps one per type).
+    With one: a :class:`_HostKeyCheck` per type, the ed25519 certificate type first so that
+    paramiko asks the host for its certificate."""
+    host_keys = client.get_host_keys()
+    if not view.cas:
+        types: set[str] = set()
+        for e in view.keys:
+            if e.key.get_name() not in types:
+                types.add(e.key.get_name())
+                host_keys.add(target.host_key_name, e.key.get_name(), e.key)
+        return
+    hostname = target.hostname.lower()
+    names = [_PREFERRED_CERT, *_PLAIN_TYPES]
+    for e in view.keys:
+        if e.key.get_name() not in names:
+            names.append(e.key.get_name())
+    for name in names:
+        plain = [e.key for e in view.keys if e.key.get_name() == name]
+        host_keys.add(target.host_key_name, name,
+                      _HostKeyCheck(name, plain, view, hostname))  # type: ignore[arg-type]
+
+
+def _files_with_key(files: Sequence[str], hostname: str) -> list[tuple[str, paramiko.PKey]]:
+    try:
+        return [(e.file, e.key) for e in known_host_keys(files, hostname).keys]
+    except HostKeyError:
+        return []
+
+
+def _revoked_error(node_name: str, hostname: str, key: paramiko.PKey,
+                   entry: KnownHostEntry) -> HostKeyError:
+    return HostKeyError(
+        f"{node_name}: host key of {hostname} is REVOKED ({key.get_name()} {fingerprint(key)}, "
+        f"@revoked in {_display_path(entry.file)} line {entry.line}); the provisioner never "
+        f"connects with a revoked key. Give the node a new host key and list that one."
+    )
 
 
 def _changed_key_error(
     node_name: str, target: Target, exc: paramiko.BadHostKeyException
 ) -> HostKeyError:
+    with contextlib.suppress(HostKeyError):
+        revoked = known_host_keys(target.known_hosts, target.host_key_name).revoked_entry(
+            exc.key)
+        if revoked is not None:
+            return _revoked_error(node_name, target.host_key_name, exc.key, revoked)
+    if isinstance(exc.expected_key, _HostKeyCheck) and not exc.expected_key.plain:
+        return HostKeyError(
+            f"{node_name}: host key of {target.host_key_name} ({exc.key.get_name()} "
+            f"{fingerprint(exc.key)}) is not accepted: an @cert-authority line covers the host "
+            f"but {exc.expected_key.reason or 'no valid certificate was offered'}. Give the host "
+            f"a certificate from that CA (ssh-keygen -s CA -h -n {target.hostname} ...), or "
+            f"check the fingerprint out of band and list the key plainly"
+        )
     holders = _files_with_key(target.known_hosts, target.host_key_name) or [
         (target.known_hosts[0] if target.known_hosts else USER_KNOWN_HOSTS, exc.expected_key)
     ]
@@ -582,16 +931,13 @@ class SSHRunner:
 
     def _client_for(self, target: Target) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        # Most specific file first: paramiko's lookup takes the first entry of a key type.
-        for f in target.known_hosts:
-            if os.path.isfile(f):
-                try:
-                    client.load_system_host_keys(f)
-                except (OSError, paramiko.SSHException, ValueError) as exc:
-                    raise HostKeyError(
-                        f"{self.node.name}: known_hosts file {f} cannot be read: {exc}"
-                    ) from exc
-        client.set_missing_host_key_policy(_HostKeyPolicy(target, self.settings, self.node.name))
+        try:
+            view = known_host_keys(target.known_hosts, target.host_key_name)
+        except HostKeyError as exc:
+            raise HostKeyError(f"{self.node.name}: {exc}") from None
+        _fill_host_keys(client, target, view)  # revoked keys are not among them
+        client.set_missing_host_key_policy(
+            _HostKeyPolicy(target, self.settings, self.node.name, view))
         return client
 
     def _connect_client(self, client: paramiko.SSHClient, target: Target, sock: Any) -> None:

@@ -58,7 +58,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from provisioner.errors import LedgerError
-from provisioner.fsutil import create_private, private_dir
+from provisioner.fsutil import create_private, is_project_state_dir, narrow_owned, private_dir
 from provisioner.redact import redact_mapping
 
 SCHEMA_VERSION = 1
@@ -217,8 +217,25 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _loads(value: str | None) -> Any:
-    return json.loads(value) if value else None
+def _loads(value: str | None, where: str = "a row") -> Any:
+    """A JSON column's value (a mapping, or None when empty). A row that is not JSON or not
+    a mapping (written by hand, a damaged file) is a :class:`LedgerError` naming the row (exit
+    74), never a traceback."""
+    if not value:
+        return None
+    try:
+        out = json.loads(value)
+    except (ValueError, TypeError, RecursionError) as exc:
+        problem = f"is not JSON ({str(exc)[:80]})"
+    else:
+        if isinstance(out, dict):
+            return out
+        problem = f"holds a {type(out).__name__}, not a JSON object"
+    raise LedgerError(
+        f"the ledger holds a corrupt row: {where} {problem}; nothing was changed. Restore the "
+        f"ledger from a backup, or start a new one with --ledger NEW_PATH (the damaged one "
+        f"can be inspected with sqlite3)"
+    )
 
 
 class Ledger:
@@ -258,7 +275,11 @@ class Ledger:
                 # created 0600 before SQLite opens it (SQLite would make it 0644); its -wal,
                 # -shm and -journal files take the database file's mode
                 private_dir(Path(database).parent)
-                create_private(database)
+                if not create_private(database) and is_project_state_dir(
+                        Path(database).parent):
+                    # the default ledger of an older version: 0644, like its -wal and -shm
+                    for suffix in ("", "-wal", "-shm", "-journal"):
+                        narrow_owned(database + suffix)
             if url.get_backend_name() == "sqlite" and read_only:
                 engine = _sqlite_read_only_engine(url, shown)
             elif url.get_backend_name() == "sqlite":
@@ -567,7 +588,8 @@ class Ledger:
                     "step": r["step"],
                     "wave": r["wave"],
                     "updated_at": r["updated_at"],
-                    "detail": _loads(r["detail_json"]) or {},
+                    "detail": _loads(r["detail_json"],
+                                     f"node_steps {run_id}/{r['node']} detail_json") or {},
                 }
                 for r in rows
             }
@@ -583,7 +605,8 @@ class Ledger:
                     "wave": r["wave"],
                     "step": r["step"],
                     "at": r["at"],
-                    "detail": _loads(r["detail_json"]) or {},
+                    "detail": _loads(r["detail_json"],
+                                     f"step_events id {r['id']} detail_json") or {},
                 }
                 for r in conn.execute(q).mappings()
             ]
@@ -668,7 +691,7 @@ class Ledger:
             ).first()
         if row is None:
             raise LedgerError(f"ledger {self.location}: no verification {verification_id}")
-        return dict(_loads(row[0]) or {})
+        return dict(_loads(row[0], f"verifications id {verification_id} raw_json") or {})
 
     def drift(self) -> list[dict[str, Any]]:
         """Nodes whose latest record differs from their last compliant one."""
@@ -761,7 +784,7 @@ def _drift(cur: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
 
 
 def _verification_dict(r: Mapping[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
-    report = _loads(r["report_json"]) or {}
+    report = _loads(r["report_json"], f"verifications id {r['id']} report_json") or {}
     return {
         "id": int(r["id"]),
         "run_id": r["run_id"],
@@ -786,7 +809,7 @@ def _run_dict(r: Mapping[str, Any]) -> dict[str, Any]:
         "started_at": r["started_at"],
         "finished_at": r["finished_at"],
         "status": r["status"],
-        "args": _loads(r["args_json"]) or {},
+        "args": _loads(r["args_json"], f"runs id {r['id']} args_json") or {},
     }
 
 
@@ -824,12 +847,24 @@ def _preflight_sqlite(cls: type[Ledger], url: Any, shown: str) -> None:
 def _sqlite_read_only_engine(url: Any, shown: str) -> Engine:
     """A SQLite engine that cannot write: ``mode=ro`` URI, ``query_only``, no WAL switch.
 
-    The file must exist (``mode=ro`` never creates it; checked first for a clear message). On
-    a read-only filesystem SQLite cannot create the WAL index beside the file, so the database
-    is opened ``immutable=1`` there: no process can be writing it.
+    The file must exist (``mode=ro`` never creates it; checked first for a clear message).
+
+    A WAL-mode reader needs the WAL index (``-shm``) beside the file, and creates and grows it
+    when it is missing: on a read-only filesystem that cannot happen, and on a full disk it
+    fails with "disk I/O error". So (:func:`_read_only_uri`):
+
+    * the usual case: ``mode=ro`` (an existing ``-shm`` is used as it is, so a ledger a writer
+      left with a ``-wal`` reads fine on a full disk too);
+    * ``mode=ro`` failing, or a read-only filesystem, or a full disk and no ``-shm``: when the
+      ``-wal`` is absent or empty, every committed row is in the main file and it is read
+      ``immutable=1`` (no lock, no ``-shm``; no writer can commit on a read-only or full
+      filesystem meanwhile);
+    * the same with a ``-wal`` holding committed rows (a writer killed before its checkpoint):
+      reading the main file alone would miss them, so the file and its ``-wal`` are copied
+      into a private temporary folder (``$TMPDIR``, another filesystem as a rule) and the copy
+      is read; it is removed when the process exits.
     """
     import sqlite3
-    from urllib.parse import quote
 
     from sqlalchemy.pool import NullPool
 
@@ -843,10 +878,7 @@ def _sqlite_read_only_engine(url: Any, shown: str) -> Engine:
             f"never create a ledger): check --ledger / {ENV_LEDGER}, or run `provisioner "
             f"verify` first"
         )
-    ro_fs = False
-    with suppress(OSError):
-        ro_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
-    uri = f"file:{quote(str(path))}?mode=ro" + ("&immutable=1" if ro_fs else "")
+    uri = _read_only_uri(path, shown)
 
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
@@ -856,6 +888,67 @@ def _sqlite_read_only_engine(url: Any, shown: str) -> Engine:
         return conn
 
     return create_engine("sqlite://", creator=connect, poolclass=NullPool)
+
+
+# below this much free space, a missing -shm is not created (it would fail half-way)
+_SHM_ROOM = 1 << 20
+
+
+def _read_only_uri(path: Path, shown: str) -> str:
+    """The SQLite URI a read-only open of ``path`` uses (see :func:`_sqlite_read_only_engine`)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    plain = f"file:{quote(str(path))}?mode=ro"
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    ro_fs, room = False, True
+    with suppress(OSError):
+        st = os.statvfs(path.parent)
+        ro_fs = bool(st.f_flag & os.ST_RDONLY)
+        room = st.f_bavail * st.f_frsize >= _SHM_ROOM
+    if not ro_fs and (room or shm.exists()):
+        try:
+            conn = sqlite3.connect(plain, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                conn.close()
+            return plain
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return plain  # a writer is at work: the usual open, with its busy timeout
+        except sqlite3.Error:
+            return plain  # not a database, malformed...: the usual open says so
+    try:
+        wal_rows = wal.stat().st_size > 0
+    except OSError:
+        wal_rows = False
+    if not wal_rows:
+        return plain + "&immutable=1"
+    return _read_only_copy(path, wal, shown)
+
+
+def _read_only_copy(path: Path, wal: Path, shown: str) -> str:
+    import atexit
+    import shutil
+    import tempfile
+    from urllib.parse import quote
+
+    tmp = tempfile.mkdtemp(prefix="gdsfleet-ledger-")  # 0700
+    atexit.register(shutil.rmtree, tmp, True)
+    copy = Path(tmp) / "ledger.sqlite"
+    try:
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, f"{copy}-wal")
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise LedgerError(
+            f"the ledger {shown} cannot be read: its folder takes no new file (full or "
+            f"read-only) and its -wal holds rows SQLite reads only through a -shm file; the "
+            f"copy in {tempfile.gettempdir()} failed too ({exc.strerror}): free some space"
+        ) from None
+    # not mode=ro: SQLite replays the copied -wal into the copy's own -shm
+    return f"file:{quote(str(copy))}"
 
 
 def _sqlite_events(engine: Engine) -> None:

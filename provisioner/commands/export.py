@@ -146,7 +146,11 @@ def parse_age(value: str) -> timedelta | None:
     if n == 0:
         return None
     unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    return timedelta(seconds=n * unit)
+    try:
+        return timedelta(seconds=n * unit)
+    except OverflowError:  # beyond datetime's 999,999,999 days
+        raise UsageError(f"--max-age {value!r} is too large; give at most 9999999d, or 0 for "
+                         f"no limit") from None
 
 
 def _parse_at(at: str) -> datetime | None:

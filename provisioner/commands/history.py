@@ -13,6 +13,7 @@ from provisioner.report import node_result
 from provisioner.store import Ledger, display_url, resolve_ledger
 
 HELP = "compliance history of one node"
+MAX_LIMIT = 1_000_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise UsageError(f"--limit must be at least 1 (got {args.limit})")
+    if not 1 <= args.limit <= MAX_LIMIT:  # SQLite's integers stop at 2**63
+        raise UsageError(f"--limit must be at least 1 and at most {MAX_LIMIT} (got {args.limit})")
     location = resolve_ledger(args.ledger, args.inventory)
     with Ledger.open(location, read_only=True) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)

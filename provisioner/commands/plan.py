@@ -77,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_path("--json", args.json)
     inventory = load_inventory(args.inventory, args.limit)
+    from provisioner.errors import InventoryError
+    from provisioner.inventory import host_key_problems
+
+    weak = host_key_problems(inventory)  # rollout refuses these too (selection_problems)
+    if weak:
+        raise InventoryError("refused, the playbook runs would not check host keys as the "
+                             "provisioner does: " + "; ".join(weak))
     location = resolve_ledger(args.ledger, args.inventory)
     latest, ledger = latest_state(location)
     unfinished = None
@@ -98,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
     doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
     if args.json:
-        from provisioner.fsutil import write_private
         from provisioner.redact import redact_known
+        from provisioner.reports.files import write_output
 
         text = redact_known(json.dumps(doc, indent=2) + "\n")
         if args.json == "-":
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)
-        write_private(args.json, text)  # 0600, atomic
+        write_output(args.json, text, what="--json", recorded=False)  # 0600, atomic; links followed
 
     from rich.console import Console
 

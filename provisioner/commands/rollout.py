@@ -301,6 +301,9 @@ def run(args: argparse.Namespace) -> int:
     nodes = {n.name: n for n in inventory.nodes}
     fleet = fleet_id(args.inventory)
     location = resolve_ledger(args.ledger, args.inventory)
+    from provisioner.rollout.artifacts import scrub_beside_ledger
+
+    scrub_beside_ledger(location)  # what a killed run's artifacts still hold (issue 17)
     verifier = None if args.no_verify else _verifier(args, nodes, checked["sizes"])
 
     lock = fleet_lock(location, fleet)

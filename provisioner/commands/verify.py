@@ -301,6 +301,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_ledger:
         location = resolve_ledger(args.ledger, None if args.local else args.inventory)
         ledger = Ledger.open(location)
+        from provisioner.rollout.artifacts import scrub_beside_ledger
+
+        scrub_beside_ledger(location)  # what a killed rollout's artifacts still hold
     recorded = {
         k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)
     }

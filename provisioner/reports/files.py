@@ -9,17 +9,51 @@ Modes: reports hold node names, addresses and error text, so they are created 06
 Prometheus textfile must be readable by node_exporter, which runs as its own user, so it is
 0644. Either is narrowed by the process umask (never wider than the operator allows).
 
+A symlink is followed and never replaced; a character device, a FIFO or a file descriptor's
+name (``/dev/stdout``, ``/dev/stderr``) is written directly, not atomically; other special
+files are refused (``provisioner.fsutil.write_atomic``). A path refused that way is a usage
+error (exit 64); a write that fails (a full disk, a read-only mount) exits 74 with one line
+saying what to do (:class:`ReportWriteError`).
+
 Whatever is written passes through ``provisioner.redact.redact_known`` first: a secret given to
 this process (extra vars, a ledger URL's password) never reaches a report.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
+from provisioner.errors import ProvisionerError, UsageError
+
 PRIVATE = 0o600
 WORLD_READABLE = 0o644
+
+
+class ReportWriteError(ProvisionerError):
+    """A report file could not be written (full disk, read-only mount ...): exit 74, I/O."""
+
+    exit_code = 74
+
+
+def write_output(path: str | os.PathLike[str], data: str | bytes, *, mode: int = PRIVATE,
+                 what: str = "report", recorded: bool = True) -> None:
+    """:func:`provisioner.fsutil.write_atomic` with ``special_ok``, its errors turned into a
+    one-line :class:`UsageError` (a path it refuses) or :class:`ReportWriteError` (I/O)."""
+    from provisioner.fsutil import SpecialFileError, write_atomic
+
+    try:
+        write_atomic(path, data, mode=mode, special_ok=True)
+    except SpecialFileError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror}; choose another path") from None
+    except OSError as exc:
+        hint = ("free space there or choose another path"
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "choose another path")
+        kept = ("; what was recorded in the ledger is kept (`provisioner report` writes it "
+                "again)" if recorded else "")
+        raise ReportWriteError(
+            f"{what} {path} could not be written ({exc.strerror or exc}); {hint}{kept}") from None
 
 
 def umask_mode(mode: int = WORLD_READABLE) -> int:
@@ -31,7 +65,6 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
 
 def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
     """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout."""
-    from provisioner.fsutil import write_atomic
     from provisioner.redact import redact_known
 
     data = redact_known(data)
@@ -39,7 +72,8 @@ def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE
         sys.stdout.write(data)
         sys.stdout.flush()
         return
-    write_atomic(path, data, mode=mode)
+    write_output(path, data, mode=mode)
 
 
-__all__ = ["PRIVATE", "WORLD_READABLE", "atomic_write", "umask_mode"]
+__all__ = ["PRIVATE", "WORLD_READABLE", "ReportWriteError", "atomic_write", "umask_mode",
+           "write_output"]

@@ -11,7 +11,12 @@ before ``ansible.cfg``), so the operator's own config file is not rewritten. A v
 set in the provisioner's environment (``ANSIBLE_PIPELINING=False``, ``ANSIBLE_SSH_ARGS=...``)
 is left as it is. Host-key checking stays strict: ``StrictHostKeyChecking=yes`` is part of the
 SSH arguments (OpenSSH keeps the first value it is given for an option, and these come before
-the inventory's ``ansible_ssh_common_args``), and ``ANSIBLE_HOST_KEY_CHECKING`` stays on.
+the inventory's ``ansible_ssh_common_args``; an operator's own ``ANSIBLE_SSH_ARGS`` gets it put
+in front), ``ANSIBLE_HOST_KEY_CHECKING`` stays on, and the default transport is OpenSSH
+(``ANSIBLE_TRANSPORT=ssh``, so an ``ansible.cfg`` that says ``transport = paramiko`` does not
+apply). SSH arguments in the environment that weaken host-key checking
+(``StrictHostKeyChecking=no``, ``UserKnownHostsFile=/dev/null`` ...) and another transport
+are refused (exit 64), as the inventory's are (``provisioner.inventory``).
 
 Pipelining needs ``sudo`` without ``requiretty`` on the nodes when a play uses ``become``
 (Debian's and Ubuntu's default); ``provisioner rollout --no-pipelining`` turns both settings
@@ -26,6 +31,8 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 
+from provisioner.errors import UsageError
+
 # The SSH arguments of the playbook runs (Ansible's own default is
 # "-C -o ControlMaster=auto -o ControlPersist=60s": kept, plus strict host keys).
 SSH_ARGS = ("-C -o ControlMaster=auto -o ControlPersist=60s "
@@ -38,6 +45,10 @@ SSH_ARGS_NO_REUSE = "-C -o ControlMaster=no -o ControlPath=none -o StrictHostKey
 _MAX_DIR_LEN = 104 - 1 - 10 - 17
 
 _control_dir: str | None = None
+_STRICT = "-o StrictHostKeyChecking=yes"
+# Environment variables holding OpenSSH arguments of the playbook runs (Ansible's ssh plugin).
+_ARG_ENV = ("ANSIBLE_SSH_ARGS", "ANSIBLE_SSH_COMMON_ARGS", "ANSIBLE_SSH_EXTRA_ARGS",
+            "ANSIBLE_SCP_EXTRA_ARGS", "ANSIBLE_SFTP_EXTRA_ARGS")
 
 
 def control_dir() -> str:
@@ -64,6 +75,7 @@ def connection_env(pipelining: bool = True,
     (``pipelining=True``) or both off; keys already set in ``environ`` (default
     ``os.environ``) are left out so the operator's explicit choice wins."""
     environ = os.environ if environ is None else environ
+    refuse_weak_environment(environ)
     if pipelining:
         env = {
             "ANSIBLE_PIPELINING": "True",
@@ -76,5 +88,24 @@ def connection_env(pipelining: bool = True,
     if "ANSIBLE_SSH_PIPELINING" in environ:
         env.pop("ANSIBLE_PIPELINING", None)
     env = {k: v for k, v in env.items() if k not in environ}
+    if environ.get("ANSIBLE_SSH_ARGS"):  # the operator's, with strict host keys first
+        env["ANSIBLE_SSH_ARGS"] = f"{_STRICT} {environ['ANSIBLE_SSH_ARGS']}"
     env["ANSIBLE_HOST_KEY_CHECKING"] = "True"  # never the operator's False (runner sets it too)
+    env["ANSIBLE_TRANSPORT"] = "ssh"  # not an ansible.cfg's paramiko
     return env
+
+
+def refuse_weak_environment(environ: Mapping[str, str]) -> None:
+    """UsageError (exit 64) when the environment asks the playbook runs for weaker host-key
+    checking: an OpenSSH option that turns it off or bypasses it, or another transport."""
+    from provisioner.inventory import SSH_CONNECTIONS, weakening_ssh_options
+
+    for var in _ARG_ENV:
+        weak = weakening_ssh_options(environ.get(var) or "")
+        if weak:
+            raise UsageError(f"{var} holds {', '.join(weak)}, which weakens host-key checking "
+                             f"of the playbook runs; unset it or remove that option")
+    transport = (environ.get("ANSIBLE_TRANSPORT") or "ssh").strip()
+    if transport not in SSH_CONNECTIONS:
+        raise UsageError(f"ANSIBLE_TRANSPORT={transport!r}: the rollout's playbook runs use "
+                         f"OpenSSH (host keys checked strictly); unset it")

@@ -66,7 +66,9 @@ def test_off_turns_both_off_and_stays_strict() -> None:
 def test_operator_choice_in_the_environment_wins_but_not_for_host_keys() -> None:
     env = connection_env(environ={"ANSIBLE_PIPELINING": "False", "ANSIBLE_SSH_ARGS": "-4",
                                   "ANSIBLE_HOST_KEY_CHECKING": "False"})
-    assert "ANSIBLE_PIPELINING" not in env and "ANSIBLE_SSH_ARGS" not in env
+    assert "ANSIBLE_PIPELINING" not in env
+    # the operator's SSH arguments, with strict host keys in front (OpenSSH keeps the first)
+    assert env["ANSIBLE_SSH_ARGS"] == "-o StrictHostKeyChecking=yes -4"
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert "ANSIBLE_PIPELINING" not in connection_env(environ={"ANSIBLE_SSH_PIPELINING": "0"})
 

@@ -37,8 +37,12 @@ def _direct(name: str, *, proof: str | None = "nvfs_counters",
         io_test=IoTestResult(path_taken="direct", verified=True, bytes=1 << 26, path=mount,
                              evidence={"proof": proof} if proof else {},
                              reason="direct path proven" if proof else "no counter moved"),
-        facts={"cufile": {"present": True, "valid": True, "path": "/etc/cufile.json"},
-               "io_path": mount},
+        facts={"cufile": {"present": True, "valid": True, "path": "/etc/cufile.json",
+                          "allow_compat_mode": False},
+               "io_path": mount,
+               # what the gather of an nvfs node whose counters moved says (the proof must
+               # agree with it: provisioner.verify.proof)
+               "gpu": {"driver_loaded": True, "count": 1}, "nvfs": {"loaded": True}},
     ).to_dict()
 
 
@@ -243,6 +247,7 @@ def test_env_of_a_proven_node(ledger: Path, capsys: pytest.CaptureFixture[str]) 
     assert lines[0].startswith("# gdsfleet: gpu-01: direct path proven at ")
     assert lines[1:] == ["export KVIKIO_COMPAT_MODE=OFF",
                          "export CUFILE_ENV_PATH_JSON=/etc/cufile.json",
+                         "export CUFILE_ALLOW_COMPAT_MODE=false",
                          "export GDSFLEET_GDS_MOUNT=/mnt/gds"]
     _, out, _ = _run(capsys, "env", "--ledger", str(ledger), "--node", "gpu-01",
                      "--allow-fallback", "--format", "dotenv")
@@ -275,7 +280,7 @@ def test_env_of_an_unreachable_node_takes_the_mount_from_the_inventory(
     assert "unreachable" in err and "CUFILE_ENV_PATH_JSON not set" in err
     _, out, _ = _run(capsys, "env", "--ledger", str(ledger), "-i", str(inv), "--node",
                      "gpu-04", "--format", "dotenv")
-    assert 'GDSFLEET_GDS_MOUNT="/mnt/gds fast"' in out.splitlines()
+    assert "GDSFLEET_GDS_MOUNT='/mnt/gds fast'" in out.splitlines()
 
 
 def test_env_needs_a_node(capsys: pytest.CaptureFixture[str]) -> None:
@@ -285,6 +290,6 @@ def test_env_needs_a_node(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--node" in capsys.readouterr().err
 
 
-def test_render_env_escapes_for_dotenv() -> None:
+def test_render_env_quotes_for_dotenv() -> None:
     text = export.render_env({"A": 'x "$y"'}, "dotenv")
-    assert text == 'A="x \\"\\$y\\""\n'
+    assert text == "A='x \"$y\"'\n"

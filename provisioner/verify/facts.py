@@ -360,7 +360,8 @@ def cufile_files(doc: dict[str, Any]) -> list[dict[str, Any]]:
             "exists": exists,
             "realpath": real[:4096] if isinstance(real, str) else None,
             "valid": parsed.valid if parsed is not None else (False if exists else None),
-            "allow_compat_mode": parsed.allow_compat_mode if parsed is not None else None,
+            "allow_compat_mode": (parsed.allow_compat_mode
+                                  if parsed is not None and parsed.valid else None),
             "error": (parsed.error if parsed is not None else str(entry.get("err") or ""))
             or None,
         })

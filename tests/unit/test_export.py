@@ -438,3 +438,26 @@ def test_old_proof_kinds_prove_nothing_in_export_and_status(
     assert rows["old"]["result"] == "NOT COMPLIANT" and "io.direct_path" in rows["old"]["failing"]
     assert "earlier release" in rows["old"]["proof_refused"]
     assert rows["new"]["result"] == "COMPLIANT" and rows["new"]["proof_refused"] is None
+
+
+def test_cufile_honours_the_allow_compat_mode_override_on_the_h100() -> None:
+    """The fact CUFILE_ALLOW_COMPAT_MODE=false rests on (tests/fixtures/cufile/
+    allow-compat-mode-override.md): on the real H100, cufile.json says allow_compat_mode true,
+    and cuFile reports false to kvikio when the variable is set, true when it is not."""
+    import yaml
+
+    from provisioner.verify.facts import build_facts
+
+    fixtures = REPO / "tests" / "fixtures"
+    gather = yaml.safe_load((fixtures / "gather" / "h100-ubuntu24.04_no-nvidia-fs.yml").read_text())
+    facts = build_facts(json.loads(gather["output"][0]))
+    assert facts["cufile"]["path"] == "/etc/cufile.json"
+    assert facts["cufile"]["allow_compat_mode"] is True
+    io = yaml.safe_load((fixtures / "iotest" / "h100-kvikio-26.10_no-nvidia-fs_1GiB.yml")
+                        .read_text())
+    attempts = {a["mode"]: a for a in json.loads(io["output"][0])["attempts"]}
+    assert attempts["OFF"]["env"] == {"CUFILE_ALLOW_COMPAT_MODE": "false",
+                                      "KVIKIO_COMPAT_MODE": "OFF"}
+    assert attempts["OFF"]["cufile_allow_compat_mode"] is False
+    assert "CUFILE_ALLOW_COMPAT_MODE" not in attempts["ON"]["env"]
+    assert attempts["ON"]["cufile_allow_compat_mode"] is True

@@ -11,8 +11,14 @@ DeepSpeed's own defaults.
 ``export env`` prints the environment of a kvikio-based job on one node:
 ``KVIKIO_COMPAT_MODE`` (``OFF`` on a proven node, so a lost direct path fails loudly instead of
 silently running through POSIX; ``ON`` elsewhere, so kvikio never tries cuFile),
-``CUFILE_ENV_PATH_JSON`` (the cufile.json the verification read) and ``GDSFLEET_GDS_MOUNT``
-(the directory where the direct path was proven).
+``CUFILE_ENV_PATH_JSON`` (a cufile.json that existed on the node, preferably one with
+allow_compat_mode false), ``CUFILE_ALLOW_COMPAT_MODE=false`` with ``OFF`` (as in the proof) and
+``GDSFLEET_GDS_MOUNT`` (the directory the controller asked the I/O test to use).
+
+A proof counts only as :func:`provisioner.verify.proof.unproven_reason` allows (a current proof
+kind that agrees with the facts of the same verification). Every value printed comes from the
+ledger, i.e. from a node or an inventory: each format is quoted for its consumer and values it
+cannot carry safely are left out (see the "Quoting" block below, docs/cli.md).
 """
 
 from __future__ import annotations
@@ -88,10 +94,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     env = sub.add_parser(
         "env", help="the environment of a kvikio-based job on one node",
         description="Print the environment a kvikio-based job needs on one node: "
-                    "KVIKIO_COMPAT_MODE, CUFILE_ENV_PATH_JSON and GDSFLEET_GDS_MOUNT.")
+                    "KVIKIO_COMPAT_MODE, CUFILE_ENV_PATH_JSON, CUFILE_ALLOW_COMPAT_MODE and "
+                    "GDSFLEET_GDS_MOUNT. Values are quoted for the format's reader; a value "
+                    "that cannot be carried safely (control characters; ' or \\ in dotenv) "
+                    "is left out, with the reason on stderr and exit 1.")
     _selection_arguments(env, groups=False)
     env.add_argument("--format", choices=("shell", "dotenv", "json"), default="shell",
-                     help="shell: `export K=V` lines (default); dotenv: K=V lines; json")
+                     help="shell: `export K='V'` lines (default); dotenv: K=V / K='V' lines "
+                          "read alike by bash `set -a; .`, python-dotenv and systemd "
+                          "EnvironmentFile; json")
     env.add_argument("--allow-fallback", action="store_true",
                      help="KVIKIO_COMPAT_MODE=AUTO instead of OFF on a proven node: a node that "
                           "loses its direct path then runs through POSIX, silently, instead "

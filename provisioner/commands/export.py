@@ -11,8 +11,14 @@ DeepSpeed's own defaults.
 ``export env`` prints the environment of a kvikio-based job on one node:
 ``KVIKIO_COMPAT_MODE`` (``OFF`` on a proven node, so a lost direct path fails loudly instead of
 silently running through POSIX; ``ON`` elsewhere, so kvikio never tries cuFile),
-``CUFILE_ENV_PATH_JSON`` (the cufile.json the verification read) and ``GDSFLEET_GDS_MOUNT``
-(the directory where the direct path was proven).
+``CUFILE_ENV_PATH_JSON`` (a cufile.json that existed on the node, preferably one with
+allow_compat_mode false), ``CUFILE_ALLOW_COMPAT_MODE=false`` with ``OFF`` (as in the proof) and
+``GDSFLEET_GDS_MOUNT`` (the directory the controller asked the I/O test to use).
+
+A proof counts only as :func:`provisioner.verify.proof.unproven_reason` allows (a current proof
+kind that agrees with the facts of the same verification). Every value printed comes from the
+ledger, i.e. from a node or an inventory: each format is quoted for its consumer and values it
+cannot carry safely are left out (see the "Quoting" block below, docs/cli.md).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger, display_url, resolve_ledger
+from provisioner.verify import proof
 from provisioner.verify.model import NodeReport
 
 HELP = "print a training job's GDS settings (DeepSpeed aio block, kvikio env) from the ledger"
@@ -87,10 +94,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     env = sub.add_parser(
         "env", help="the environment of a kvikio-based job on one node",
         description="Print the environment a kvikio-based job needs on one node: "
-                    "KVIKIO_COMPAT_MODE, CUFILE_ENV_PATH_JSON and GDSFLEET_GDS_MOUNT.")
+                    "KVIKIO_COMPAT_MODE, CUFILE_ENV_PATH_JSON, CUFILE_ALLOW_COMPAT_MODE and "
+                    "GDSFLEET_GDS_MOUNT. Values are quoted for the format's reader; a value "
+                    "that cannot be carried safely (control characters; ' or \\ in dotenv) "
+                    "is left out, with the reason on stderr and exit 1.")
     _selection_arguments(env, groups=False)
     env.add_argument("--format", choices=("shell", "dotenv", "json"), default="shell",
-                     help="shell: `export K=V` lines (default); dotenv: K=V lines; json")
+                     help="shell: `export K='V'` lines (default); dotenv: K=V / K='V' lines "
+                          "read alike by bash `set -a; .`, python-dotenv and systemd "
+                          "EnvironmentFile; json")
     env.add_argument("--allow-fallback", action="store_true",
                      help="KVIKIO_COMPAT_MODE=AUTO instead of OFF on a proven node: a node that "
                           "loses its direct path then runs through POSIX, silently, instead "
@@ -181,6 +193,13 @@ def node_state(node: str, record: Mapping[str, Any] | None, *, max_age: timedelt
                                       f"{record.get('error') or 'no detail'}", record=record)
     report = NodeReport.from_dict(dict(record.get("report") or {"name": node}))
     io = report.io_test
+    # Today's proof rule, applied again to what the ledger holds: an old proof kind, or a proof
+    # the same verification's facts contradict, proves nothing (provisioner.verify.proof).
+    refused = proof.unproven_reason(io, report.facts)
+    if refused:
+        return NodeState(node, False, f"direct path not proven at {at} (route {report.route}, "
+                                      f"I/O path {io.path_taken}): {refused}",
+                         record=record, report=report)
     if not io.direct_proven:
         why = " ".join(str(io.reason or "no I/O test result").split())
         if len(why) > 300:
@@ -312,7 +331,8 @@ def aio_block(settings: Mapping[str, Any], use_gds: bool,
 
 
 def _say(prog: str, text: str) -> None:
-    sys.stderr.write(f"{prog}: {text}\n")
+    # One line per message, whatever the ledger's text holds (newlines, escape sequences).
+    sys.stderr.write(f"{prog}: {_printable(text, 2000)}\n")
 
 
 def run_deepspeed(args: argparse.Namespace) -> int:
@@ -369,6 +389,77 @@ def _names(nodes: list[str], most: int = 8) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+def _usable_cufile(entry: Mapping[str, Any]) -> bool:
+    path = entry.get("path")
+    return (isinstance(path, str) and path.startswith("/") and bool(entry.get("exists"))
+            and entry.get("valid") is not False)
+
+
+def cufile_candidates(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cufile.json files the verification saw on the node, in order of preference: the one
+    the gather read (cuFile's own lookup: ``$CUFILE_ENV_PATH_JSON``, else /etc/cufile.json),
+    then the others it looked at (``cufile_files``: /etc/cufile.json and the CUDA toolkit's
+    gds/cufile.json). Each: path, exists, valid, allow_compat_mode (None: unknown)."""
+    out: list[dict[str, Any]] = []
+    cf = facts.get("cufile") or {}
+    if isinstance(cf, Mapping) and cf.get("path"):
+        out.append({"path": cf.get("path"), "exists": bool(cf.get("present")),
+                    "valid": cf.get("valid"), "allow_compat_mode": cf.get("allow_compat_mode")})
+    for entry in facts.get("cufile_files") or []:
+        if isinstance(entry, Mapping) and entry.get("path"):
+            out.append({k: entry.get(k) for k in ("path", "exists", "valid",
+                                                   "allow_compat_mode")})
+    seen: set[str] = set()
+    unique = []
+    for entry in out:
+        if str(entry["path"]) not in seen:
+            seen.add(str(entry["path"]))
+            unique.append(entry)
+    return unique
+
+
+def cufile_environment(facts: Mapping[str, Any], strict: bool
+                       ) -> tuple[dict[str, str], list[str]]:
+    """CUFILE_ENV_PATH_JSON (and, with ``strict``, CUFILE_ALLOW_COMPAT_MODE=false) for a job.
+
+    ``strict`` (KVIKIO_COMPAT_MODE=OFF on a proven node): the job must not fall back to POSIX
+    inside cuFile either, as in the I/O test, which ran with allow_compat_mode false in a
+    test-scoped cufile.json and CUFILE_ALLOW_COMPAT_MODE=false. The path exported is a file that
+    existed on the node, preferably one whose allow_compat_mode is false; the override is
+    exported in every case (cuFile honours it over the file: the H100 capture
+    tests/fixtures/iotest/h100-kvikio-26.10_no-nvidia-fs_1GiB.yml reads allow_compat_mode false
+    through kvikio with the variable set while /etc/cufile.json says true; NVIDIA's GDS
+    Installation and Troubleshooting Guide lists it among cuFile's environment variables)."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    found = [c for c in cufile_candidates(facts) if _usable_cufile(c)]
+    strict_files = [c for c in found if c.get("allow_compat_mode") is False]
+    checked = ", ".join(str(c["path"]) for c in cufile_candidates(facts)) or "none recorded"
+    chosen = (strict_files or found)[0] if (strict_files or found) else None
+    if chosen is not None:
+        env["CUFILE_ENV_PATH_JSON"] = str(chosen["path"])
+    if not strict:
+        if chosen is None:
+            notes.append(f"no cufile.json found on the node in the latest verification "
+                         f"(looked at: {checked}); CUFILE_ENV_PATH_JSON not set")
+        return env, notes
+    env["CUFILE_ALLOW_COMPAT_MODE"] = "false"
+    if chosen is None:
+        notes.append(f"no cufile.json found on the node in the latest verification (looked "
+                     f"at: {checked}): CUFILE_ENV_PATH_JSON not set, cuFile runs on its "
+                     f"built-in defaults, which allow compat mode; "
+                     f"CUFILE_ALLOW_COMPAT_MODE=false keeps it off. Install one with "
+                     f"allow_compat_mode false (role gdsfleet.gds.cufile)")
+    elif chosen.get("allow_compat_mode") is not False:
+        state = ("allows compat mode (properties.allow_compat_mode true)"
+                 if chosen.get("allow_compat_mode") else
+                 "does not say whether it allows compat mode")
+        notes.append(f"{chosen['path']} {state}, unlike the I/O test's config; "
+                     f"CUFILE_ALLOW_COMPAT_MODE=false keeps cuFile from falling back to POSIX. "
+                     f"Set properties.allow_compat_mode false there (role gdsfleet.gds.cufile)")
+    return env, notes
+
+
 def job_environment(st: NodeState, hostvars: Mapping[str, Any], *,
                     allow_fallback: bool = False) -> tuple[dict[str, str], list[str]]:
     """The environment of a kvikio job on this node, and notes on what is missing."""
@@ -381,16 +472,15 @@ def job_environment(st: NodeState, hostvars: Mapping[str, Any], *,
         env["KVIKIO_COMPAT_MODE"] = "AUTO" if allow_fallback else "OFF"
     else:
         env["KVIKIO_COMPAT_MODE"] = "ON"
-    facts = st.report.facts if st.report else {}
-    cufile = facts.get("cufile") or {}
-    if cufile.get("path") and cufile.get("present"):
-        env["CUFILE_ENV_PATH_JSON"] = str(cufile["path"])
-    else:
-        notes.append("no cufile.json path in the latest verification; CUFILE_ENV_PATH_JSON "
-                     "not set (cuFile then reads /etc/cufile.json)")
-    mount = None
-    if st.report is not None:
-        mount = st.report.io_test.path or facts.get("io_path")
+    facts: Mapping[str, Any] = (st.report.facts if st.report else None) or {}
+    cu_env, cu_notes = cufile_environment(facts, strict=env["KVIKIO_COMPAT_MODE"] == "OFF")
+    env.update(cu_env)
+    notes.extend(cu_notes)
+    # The directory the controller asked the I/O test to use (facts.io_path, set by verify),
+    # never the node's echo of it; records written before that rule fall back to io_test.path.
+    mount = facts.get("io_path")
+    if not mount and st.report is not None:
+        mount = st.report.io_test.path
     mount = mount or hostvars.get("nvme_mount_point")
     if mount:
         env[ENV_MOUNT] = str(mount)
@@ -400,22 +490,76 @@ def job_environment(st: NodeState, hostvars: Mapping[str, Any], *,
     return env, notes
 
 
-_DOTENV_SAFE = re.compile(r"^[A-Za-z0-9_./:@%+,=-]*$")
+# ---------------------------------------------------------------------------------------------
+# Quoting. Every value comes from the ledger, i.e. from a node or an inventory: hostile.
+#
+# shell:  `export K='v'` (shlex.quote: POSIX single quotes, nothing inside is interpreted);
+#         for `eval "$(...)"`, `. FILE` and `bash -c 'set -a; . FILE'`.
+# dotenv: the subset that bash (`set -a; . FILE`), python-dotenv and systemd's EnvironmentFile=
+#         read alike: K=v unquoted when v is only [A-Za-z0-9_./:@%+,=-], else K='v' (single
+#         quotes: literal in bash and systemd, literal in python-dotenv when v holds no
+#         backslash or quote). A value holding ' or \ cannot be written so that all three read
+#         it alike: refused. docker --env-file strips no quotes: only unquoted lines are read
+#         the same there (a note on stderr says when a value was quoted).
+# json:   json.dumps (ASCII escapes).
+# Every format: a value must be printable text. NUL cannot be in an environment at all, and a
+# newline, carriage return, escape or other control/format/separator character is never a
+# legitimate path and would break a line-based consumer: refused.
+_DOTENV_BARE = re.compile(r"[A-Za-z0-9_./:@%+,=-]*")
+_SHOW_MAX = 60
+
+
+def _printable(text: object, limit: int = 400) -> str:
+    """Text safe for a terminal or a `#` comment line: non-printable characters escaped."""
+    raw = str(text)
+    out = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in raw[:limit])
+    return out + ("..." if len(raw) > limit else "")
+
+
+def unsafe_value(value: str, fmt: str) -> str | None:
+    """Why ``value`` cannot be exported in ``fmt`` safely (None: it can)."""
+    for ch in value:
+        if ch == "\0":
+            return "a NUL byte (no environment variable can hold one)"
+        if not ch.isprintable():
+            name = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab",
+                    "\x1b": "an escape character"}.get(ch, f"the character {ascii(ch)[1:-1]}")
+            return f"{name} (not printable text)"
+    if fmt == "dotenv" and not _DOTENV_BARE.fullmatch(value):
+        bad = next((c for c in value if c in "'\\"), None)
+        if bad is not None:
+            return (f"{'a single quote' if bad == chr(39) else 'a backslash'}, which dotenv "
+                    f"readers do not read alike (use --format shell or json)")
+    return None
+
+
+def safe_env(env: Mapping[str, str], fmt: str) -> tuple[dict[str, str], list[str]]:
+    """The variables that can be exported in ``fmt``, and one line per refused one."""
+    keep: dict[str, str] = {}
+    refused: list[str] = []
+    for key, value in env.items():
+        why = unsafe_value(value, fmt)
+        if why is None:
+            keep[key] = value
+        else:
+            refused.append(f"{key} not exported: its value from the ledger "
+                           f"({_printable(value, _SHOW_MAX)}) holds {why}; check the node and "
+                           f"its inventory, then verify again")
+    return keep, refused
 
 
 def render_env(env: Mapping[str, str], fmt: str, *, header: Sequence[str] = ()) -> str:
+    """``env`` in ``fmt`` (shell, dotenv); values must have passed :func:`safe_env`."""
+    for value in env.values():
+        if unsafe_value(value, fmt):
+            raise ValueError(f"unsafe value for {fmt}: {value!r}")
+    lines = [f"# {_printable(h)}" for h in header]
     if fmt == "shell":
-        lines = [f"# {h}" for h in header]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
         return "\n".join(lines) + "\n"
     if fmt == "dotenv":
-        lines = []
-        for k, v in env.items():
-            if _DOTENV_SAFE.match(v):
-                lines.append(f"{k}={v}")
-            else:
-                escaped = v.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
-                lines.append(f'{k}="{escaped}"')
+        lines += [f"{k}={v}" if _DOTENV_BARE.fullmatch(v) else f"{k}='{v}'"
+                  for k, v in env.items()]
         return "\n".join(lines) + "\n"
     raise ValueError(fmt)
 
@@ -427,10 +571,14 @@ def run_env(args: argparse.Namespace) -> int:
     (st,), shown = _states(args, names)
     env, notes = job_environment(st, hostvars.get(st.node) or {},
                                  allow_fallback=args.allow_fallback)
+    env, refused = safe_env(env, args.format)
     if not st.use_gds:
         _say(prog, f"{st.node}: direct path not usable, KVIKIO_COMPAT_MODE=ON: {st.reason}")
-    for note in [*st.notes, *notes]:
+    for note in [*st.notes, *notes, *refused]:
         _say(prog, f"{st.node}: {note}")
+    if args.format == "dotenv" and any(not _DOTENV_BARE.fullmatch(v) for v in env.values()):
+        _say(prog, f"{st.node}: note: quoted values are read without their quotes by bash, "
+                   f"python-dotenv and systemd, but not by docker --env-file")
     rec = st.record or {}
     if args.format == "json":
         json.dump({"node": st.node, "use_gds": st.use_gds, "reason": st.reason or None,
@@ -441,7 +589,9 @@ def run_env(args: argparse.Namespace) -> int:
         state = (f"direct path proven at {rec.get('at')} (run {rec.get('run_id')})" if st.use_gds
                  else "direct path NOT proven: compat (POSIX) I/O")
         sys.stdout.write(render_env(env, args.format, header=[
-            f"gdsfleet: {st.node}: {state}; ledger {shown}"]))
+            f"gdsfleet: {st.node}: {state}; ledger {shown}"] if args.format == "shell" else []))
+    if refused:
+        return int(Exit.NOT_COMPLIANT)
     return int(Exit.NOT_COMPLIANT) if args.require_gds and not st.use_gds else int(Exit.OK)
 
 

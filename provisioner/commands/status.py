@@ -14,7 +14,10 @@ from typing import Any
 
 from provisioner.exitcodes import Exit
 from provisioner.report import node_result
+from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT
 from provisioner.store import Ledger, display_url, resolve_ledger
+from provisioner.verify import proof
+from provisioner.verify.model import IoTestResult
 
 HELP = "latest compliance state of every node in the ledger"
 
@@ -40,19 +43,38 @@ def open_ledger(args: argparse.Namespace) -> Ledger:
     return Ledger.open(resolve_ledger(args.ledger, args.inventory), read_only=True)
 
 
+def proof_refused(x: dict[str, Any]) -> str | None:
+    """Why a record's proof of the direct path does not count under today's rules (an old
+    proof kind, or one its own facts contradict: provisioner.verify.proof); None otherwise."""
+    report = x.get("report") or {}
+    if not isinstance(report, dict):
+        return None
+    io = IoTestResult.from_dict(report.get("io_test") or None)
+    facts = report.get("facts")
+    return proof.unproven_reason(io, facts if isinstance(facts, dict) else {})
+
+
 def _row(x: dict[str, Any]) -> dict[str, Any]:
+    result = node_result(x)
+    failing = list(x["failing"])
+    refused = proof_refused(x) if result == RESULT_COMPLIANT else None
+    if refused:
+        # Recorded as compliant on a proof that proves nothing today: not compliant.
+        result = RESULT_NOT_COMPLIANT
+        failing = sorted({*failing, "io.direct_path"})
     return {
         "node": x["node"],
-        "result": node_result(x),
+        "result": result,
+        "proof_refused": refused,
         "at": x["at"],
         "run_id": x["run_id"],
         "route": x["route"],
         "path_taken": x["path_taken"],
-        "failing": x["failing"],
+        "failing": failing,
         "error": x["error"],
         "drift": x["drift"],
-        "last_compliant_at": (x["baseline"] or {}).get("at") if x["compliant"] is False else x[
-            "at"],
+        "last_compliant_at": (x["baseline"] or {}).get("at")
+        if x["compliant"] is False or refused else x["at"],
     }
 
 
@@ -80,6 +102,8 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
     table = []
     for r in rows:
         note = "; ".join(r["drift"]) if r["drift"] else ", ".join(r["failing"])
+        if r.get("proof_refused"):
+            note = f"{note}; {r['proof_refused']}" if note else str(r["proof_refused"])
         if r["result"] == "UNREACHABLE" and not r["drift"]:
             note = str(r["error"] or "")
         table.append(["!" if r["drift"] else " ", r["node"], r["result"], str(r["route"] or "-"),

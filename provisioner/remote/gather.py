@@ -359,6 +359,7 @@ def gather() -> dict:
     cufile_path = os.environ.get("CUFILE_ENV_PATH_JSON") or "/etc/cufile.json"
     items["cufile_json"] = read_file(cufile_path)
     items["cufile_json"]["env_override"] = bool(os.environ.get("CUFILE_ENV_PATH_JSON"))
+    items["cufile_files"] = cufile_files()  # block "cufile.json files for export env" below
     items["verify_runtime"] = read_file(VERIFY_RUNTIME_FACT)
     info = []
     for path in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
@@ -406,6 +407,41 @@ def gather() -> dict:
     else:
         items["gdscheck"] = run([gdscheck, "-p"], timeout=GDSCHECK_TIMEOUT)
     return {"gdsfleet_gather": SCHEMA, "items": items}
+
+
+# --- block: cufile.json files for `export env` (issue 15 item 10) -----------------------------
+# Which cufile.json files exist on the node, so that `provisioner export env` can point a job's
+# CUFILE_ENV_PATH_JSON at one that exists and says allow_compat_mode false: the fixed lookup
+# path and the CUDA toolkits' own copies (the H100 capture has /usr/local/cuda/gds/cufile.json,
+# tests/fixtures/h100/README.md). Each file's text travels in "files" (parsed by the controller,
+# provisioner/verify/facts.py), not in "out", so the raw outputs stay small.
+CUFILE_FILE_CANDIDATES = ("/etc/cufile.json", "/usr/local/cuda/gds/cufile.json")
+CUFILE_FILE_GLOB = "/usr/local/cuda-*/gds/cufile.json"
+CUFILE_FILE_MAX = 6
+CUFILE_FILE_BYTES = 256 * 1024
+
+
+def cufile_files() -> dict:
+    paths = list(CUFILE_FILE_CANDIDATES)
+    paths += [p for p in sorted(glob.glob(CUFILE_FILE_GLOB)) if p not in paths]
+    files = []
+    for path in paths[:CUFILE_FILE_MAX]:
+        entry: dict = {"path": path, "exists": os.path.isfile(path), "text": None, "err": ""}
+        if entry["exists"]:
+            entry["realpath"] = os.path.realpath(path)
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read(CUFILE_FILE_BYTES + 1)
+                if len(data) > CUFILE_FILE_BYTES:
+                    entry["err"] = f"larger than {CUFILE_FILE_BYTES} bytes"
+                else:
+                    entry["text"] = data.decode("utf-8", "replace")
+            except OSError as exc:
+                entry["err"] = str(exc)
+        files.append(entry)
+    found = [f["path"] for f in files if f["exists"]]
+    return {"kind": "probe", "rc": 0, "out": "\n".join(found), "err": "", "files": files}
+# --- end of block: cufile.json files ---------------------------------------------------------
 
 
 def main() -> int:

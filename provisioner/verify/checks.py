@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from provisioner.verify import proof
 from provisioner.verify.model import (
     FAIL,
     PASS,
@@ -775,7 +776,12 @@ class _Checks:
         detail = (f"path={io.path_taken}, proof={ev.get('proof')}, "
                   f"is_gds_available={ev.get('is_gds_available')}, "
                   f"write={io.write_gbps} GB/s, read={io.read_gbps} GB/s")
-        if io.path_taken == PATH_DIRECT and io.direct_proven:
+        clash = proof.disagreement(io, self.f)
+        if io.path_taken == PATH_DIRECT and io.direct_proven and clash:
+            self.add("io.direct_path", FAIL, "direct (proven)", detail,
+                     f"Not proven: {clash}. Check the node by hand (nvidia-fs, the GPU, the "
+                     "P2PDMA prerequisites) and verify again.")
+        elif io.path_taken == PATH_DIRECT and io.direct_proven:
             self.add("io.direct_path", PASS, "direct (proven)", detail, io.reason)
         elif io.path_taken == PATH_DIRECT:
             self.add("io.direct_path", FAIL, "direct (proven)", detail,
@@ -854,7 +860,8 @@ def evaluate(facts: dict[str, Any], io: IoTestResult, policy: Policy, *,
     the direct path."""
     route = route or determine_route(facts)
     checks = _Checks(facts, io, policy, route, io_path).run()
-    io_ok = io.direct_proven or (not policy.require_io_test and io.path_taken == PATH_SKIPPED)
+    io_ok = proof.counts(io, facts) or (not policy.require_io_test
+                                        and io.path_taken == PATH_SKIPPED)
     compliant = route in DIRECT_ROUTES and io_ok and not any(c.status == FAIL for c in checks)
     return route, checks, compliant
 

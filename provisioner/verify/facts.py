@@ -176,6 +176,7 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
         cf = cufile.CufileConfig(present=True, valid=False, error=str(cf_item.get("err")))
     facts["cufile"] = {**cf.to_dict(), "path": cf_item.get("path"),
                        "env_override": bool(cf_item.get("env_override"))}
+    facts["cufile_files"] = cufile_files(doc)  # block "cufile.json files" below
     lib = _item(doc, "libcufile")
     facts["libcufile"] = {"found": _ok(lib),
                           "paths": [p for p in (lib.get("out") or "").splitlines() if p]}
@@ -333,3 +334,36 @@ def verify_runtime_facts(item: dict[str, Any]) -> dict[str, Any]:
     out["cuda_major"] = int(major) if isinstance(major, (int, str)) and str(major).isdigit() \
         else None
     return out
+
+
+# --- block: cufile.json files for `export env` (issue 15 item 10; gather's cufile_files) -------
+_CUFILE_FILES_MAX = 6
+
+
+def cufile_files(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each cufile.json the gather looked at: path, exists, valid, allow_compat_mode (None when
+    the file is absent or unreadable) and realpath. Empty for a gather that predates it."""
+    item = _item(doc, "cufile_files")
+    raw = item.get("files")
+    out: list[dict[str, Any]] = []
+    if not isinstance(raw, list):
+        return out
+    for entry in raw[:_CUFILE_FILES_MAX]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            continue
+        text = entry.get("text")
+        exists = bool(entry.get("exists"))
+        parsed = cufile.parse(text) if exists and isinstance(text, str) else None
+        real = entry.get("realpath")
+        out.append({
+            "path": entry["path"][:4096],
+            "exists": exists,
+            "realpath": real[:4096] if isinstance(real, str) else None,
+            "valid": parsed.valid if parsed is not None else (False if exists else None),
+            "allow_compat_mode": (parsed.allow_compat_mode
+                                  if parsed is not None and parsed.valid else None),
+            "error": (parsed.error if parsed is not None else str(entry.get("err") or ""))
+            or None,
+        })
+    return out
+# --- end of block: cufile.json files ---------------------------------------------------------

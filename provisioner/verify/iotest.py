@@ -171,7 +171,20 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
             raw,
         )
     result = with_interpreter(evaluate(doc, route=route), interp)
-    return result, raw
+    return with_requested_path(result, path), raw
+
+
+def with_requested_path(result: IoTestResult, requested: str) -> IoTestResult:
+    """The result's ``path`` is the directory the controller asked the test to use, never the
+    node's echo of it (a node's bytes reach job environments through ``export``: issue 17).
+    An echo that differs is kept, escaped, in the evidence only (pure)."""
+    echoed = result.path
+    if echoed == requested:
+        return result
+    evidence = dict(result.evidence)
+    if echoed is not None:
+        evidence["node_path"] = ascii(str(echoed)[:200])
+    return replace(result, path=requested, evidence=evidence)
 
 
 def with_interpreter(result: IoTestResult, interp: Interpreter) -> IoTestResult:

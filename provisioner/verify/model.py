@@ -27,6 +27,15 @@ PATH_FAILED = "failed"
 PATH_SKIPPED = "skipped"
 PATHS = (PATH_DIRECT, PATH_COMPAT, PATH_FAILED, PATH_SKIPPED)
 
+# The I/O test's proof kinds that count today (``evidence.proof``; docs/checks.md,
+# io.direct_path): nvidia-fs counters covering the test's own bytes, or the test-scoped cuFile
+# log's per-I/O direct markers. Kinds written by earlier releases (``counters``: any counter
+# movement; ``compat_off``: compat mode merely switched off) proved nothing and never count,
+# also when an old ledger record carries them.
+PROOF_NVFS_COUNTERS = "nvfs_counters"
+PROOF_CUFILE_LOG = "cufile_log"
+PROOF_KINDS = (PROOF_NVFS_COUNTERS, PROOF_CUFILE_LOG)
+
 GIB = 1 << 30
 # The smallest I/O test that can prove the direct path: nvidia-fs counts whole MiB
 # (BYTES_TO_MB, rounded down), and kvikio releases before 25.04 sent calls under 1 MiB through
@@ -168,7 +177,7 @@ class IoTestResult:
         return (
             self.path_taken == PATH_DIRECT
             and self.verified
-            and bool(self.evidence.get("proof"))
+            and self.evidence.get("proof") in PROOF_KINDS
         )
 
     def to_dict(self) -> dict[str, Any]:

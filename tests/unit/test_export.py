@@ -37,8 +37,12 @@ def _direct(name: str, *, proof: str | None = "nvfs_counters",
         io_test=IoTestResult(path_taken="direct", verified=True, bytes=1 << 26, path=mount,
                              evidence={"proof": proof} if proof else {},
                              reason="direct path proven" if proof else "no counter moved"),
-        facts={"cufile": {"present": True, "valid": True, "path": "/etc/cufile.json"},
-               "io_path": mount},
+        facts={"cufile": {"present": True, "valid": True, "path": "/etc/cufile.json",
+                          "allow_compat_mode": False},
+               "io_path": mount,
+               # what the gather of an nvfs node whose counters moved says (the proof must
+               # agree with it: provisioner.verify.proof)
+               "gpu": {"driver_loaded": True, "count": 1}, "nvfs": {"loaded": True}},
     ).to_dict()
 
 
@@ -243,6 +247,7 @@ def test_env_of_a_proven_node(ledger: Path, capsys: pytest.CaptureFixture[str]) 
     assert lines[0].startswith("# gdsfleet: gpu-01: direct path proven at ")
     assert lines[1:] == ["export KVIKIO_COMPAT_MODE=OFF",
                          "export CUFILE_ENV_PATH_JSON=/etc/cufile.json",
+                         "export CUFILE_ALLOW_COMPAT_MODE=false",
                          "export GDSFLEET_GDS_MOUNT=/mnt/gds"]
     _, out, _ = _run(capsys, "env", "--ledger", str(ledger), "--node", "gpu-01",
                      "--allow-fallback", "--format", "dotenv")
@@ -275,7 +280,7 @@ def test_env_of_an_unreachable_node_takes_the_mount_from_the_inventory(
     assert "unreachable" in err and "CUFILE_ENV_PATH_JSON not set" in err
     _, out, _ = _run(capsys, "env", "--ledger", str(ledger), "-i", str(inv), "--node",
                      "gpu-04", "--format", "dotenv")
-    assert 'GDSFLEET_GDS_MOUNT="/mnt/gds fast"' in out.splitlines()
+    assert "GDSFLEET_GDS_MOUNT='/mnt/gds fast'" in out.splitlines()
 
 
 def test_env_needs_a_node(capsys: pytest.CaptureFixture[str]) -> None:
@@ -285,6 +290,174 @@ def test_env_needs_a_node(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--node" in capsys.readouterr().err
 
 
-def test_render_env_escapes_for_dotenv() -> None:
+def test_render_env_quotes_for_dotenv() -> None:
     text = export.render_env({"A": 'x "$y"'}, "dotenv")
-    assert text == 'A="x \\"\\$y\\""\n'
+    assert text == "A='x \"$y\"'\n"
+
+
+# ------------------------------------------------------------------ env: which cufile.json
+# The node's files as the gather reads them (provisioner/remote/gather.py, block "cufile.json
+# files"): the H100's /usr/local/cuda/gds/cufile.json is NVIDIA's shipped file, captured on the
+# lent H100 (tests/fixtures/h100/usr_local_cuda_gds_cufile.json, README there): allow_compat_mode
+# true. STRICT is what the gdsfleet.gds.cufile role renders (allow_compat_mode false).
+H100_CUFILE = (REPO / "tests" / "fixtures" / "h100" / "usr_local_cuda_gds_cufile.json").read_text()
+STRICT = '{"properties": {"allow_compat_mode": false, "use_pci_p2pdma": false}}\n'
+CUDA_JSON = "/usr/local/cuda/gds/cufile.json"
+
+
+def _files_item(files: dict[str, str | None]) -> dict[str, Any]:
+    return {"kind": "probe", "rc": 0, "err": "", "out": "\n".join(p for p, t in files.items() if t),
+            "files": [{"path": p, "exists": t is not None, "text": t, "err": "",
+                       "realpath": p if t is not None else None} for p, t in files.items()]}
+
+
+def _proven_on(name: str, etc: str | None, files: dict[str, str | None]) -> dict[str, Any]:
+    """A proven nvfs node whose facts come from a gather document through build_facts."""
+    from provisioner.verify.facts import build_facts
+    from tests.unit import nodefacts as nf
+
+    doc = nf.gather_doc(cufile=etc if etc is not None else "MISSING")
+    doc["items"]["cufile_files"] = _files_item(files)
+    facts = build_facts(doc)
+    facts["io_path"] = "/mnt/gds"
+    report = NodeReport.from_dict(_direct(name))
+    return NodeReport(name=name, reachable=True, compliant=True, route="nvfs",
+                      checks=report.checks, io_test=report.io_test, facts=facts).to_dict()
+
+
+@pytest.fixture
+def cufile_ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "cufile-ledger.sqlite"
+    with Ledger.open(path) as led:
+        run = led.start_run("verify", "fleet")
+        for doc in (
+            # /etc/cufile.json absent, the toolkit's file strict
+            _proven_on("only-cuda", None, {"/etc/cufile.json": None, CUDA_JSON: STRICT}),
+            # the H100's layout: both files NVIDIA's, compat allowed
+            _proven_on("h100-like", H100_CUFILE, {"/etc/cufile.json": H100_CUFILE,
+                                                  CUDA_JSON: H100_CUFILE}),
+            # no cufile.json anywhere
+            _proven_on("none", None, {"/etc/cufile.json": None, CUDA_JSON: None}),
+            # /etc's allows compat, the toolkit's forbids it
+            _proven_on("both", H100_CUFILE, {"/etc/cufile.json": H100_CUFILE,
+                                             CUDA_JSON: STRICT}),
+        ):
+            led.record_verification(run, doc)
+        led.finish_run(run, "done")
+    return path
+
+
+def _env(capsys: pytest.CaptureFixture[str], ledger: Path, node: str,
+         *extra: str) -> tuple[int, dict[str, str], str]:
+    code, out, err = _run(capsys, "env", "--ledger", str(ledger), "--node", node,
+                          "--format", "json", *extra)
+    return code, json.loads(out)["env"], err
+
+
+def test_env_names_the_cufile_json_that_exists(
+        cufile_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, env, err = _env(capsys, cufile_ledger, "only-cuda")
+    assert code == Exit.OK and err == ""
+    assert env["CUFILE_ENV_PATH_JSON"] == CUDA_JSON
+    assert env["CUFILE_ALLOW_COMPAT_MODE"] == "false"
+
+
+def test_env_prefers_a_cufile_json_that_forbids_compat(
+        cufile_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, env, err = _env(capsys, cufile_ledger, "both")
+    assert code == Exit.OK and err == ""
+    assert env["CUFILE_ENV_PATH_JSON"] == CUDA_JSON
+
+
+def test_env_overrides_a_cufile_json_that_allows_compat_and_says_so(
+        cufile_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, env, err = _env(capsys, cufile_ledger, "h100-like")
+    assert code == Exit.OK and env["KVIKIO_COMPAT_MODE"] == "OFF"
+    assert env["CUFILE_ENV_PATH_JSON"] == "/etc/cufile.json"
+    assert env["CUFILE_ALLOW_COMPAT_MODE"] == "false"
+    assert ("h100-like: /etc/cufile.json allows compat mode (properties.allow_compat_mode "
+            "true), unlike the I/O test's config; CUFILE_ALLOW_COMPAT_MODE=false") in err
+    # --allow-fallback asked for the silent fallback: no override, no note
+    code, env, err = _env(capsys, cufile_ledger, "h100-like", "--allow-fallback")
+    assert env["KVIKIO_COMPAT_MODE"] == "AUTO" and "CUFILE_ALLOW_COMPAT_MODE" not in env
+    assert err == ""
+
+
+def test_env_without_any_cufile_json_sets_no_path_and_says_so(
+        cufile_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, env, err = _env(capsys, cufile_ledger, "none")
+    assert code == Exit.OK
+    assert "CUFILE_ENV_PATH_JSON" not in env and env["CUFILE_ALLOW_COMPAT_MODE"] == "false"
+    assert (f"no cufile.json found on the node in the latest verification (looked at: "
+            f"/etc/cufile.json, {CUDA_JSON})") in err
+
+
+def test_gather_records_each_cufile_json_and_facts_read_allow_compat_mode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gather's block runs for real on files in tmp_path; build_facts parses them."""
+    from provisioner.remote import gather
+    from provisioner.verify.facts import build_facts
+
+    etc, cuda, bad = tmp_path / "etc.json", tmp_path / "cuda.json", tmp_path / "bad.json"
+    etc.write_text(H100_CUFILE)
+    cuda.write_text(STRICT)
+    bad.write_text("{not json")
+    monkeypatch.setattr(gather, "CUFILE_FILE_CANDIDATES",
+                        (str(etc), str(cuda), str(bad), str(tmp_path / "missing.json")))
+    monkeypatch.setattr(gather, "CUFILE_FILE_GLOB", str(tmp_path / "nothing-*"))
+    item = json.loads(json.dumps(gather.cufile_files()))  # as it travels
+    facts = build_facts({"gdsfleet_gather": 1, "items": {"cufile_files": item}})
+    got = {Path(f["path"]).name: (f["exists"], f["valid"], f["allow_compat_mode"])
+           for f in facts["cufile_files"]}
+    assert got == {"etc.json": (True, True, True), "cuda.json": (True, True, False),
+                   "bad.json": (True, False, None), "missing.json": (False, None, None)}
+    assert "text" not in item["out"] and str(etc) in item["out"]
+
+
+# ------------------------------------------------------------------ proofs of older releases
+@pytest.mark.parametrize("kind", ["counters", "compat_off"])
+def test_old_proof_kinds_prove_nothing_in_export_and_status(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    """Records as earlier releases wrote them: compliant, io.direct_path passed, proof
+    ``counters`` (any counter movement) or ``compat_off`` (compat mode switched off)."""
+    path = tmp_path / "old.sqlite"
+    with Ledger.open(path) as led:
+        run = led.start_run("verify", "fleet")
+        led.record_verification(run, _direct("old", proof=kind))
+        led.record_verification(run, _direct("new"))
+        led.finish_run(run, "done")
+    code, doc, err = _ds(capsys, path, "--node", "old")
+    assert code == Exit.OK and doc["aio"]["use_gds"] is False
+    assert f"its proof kind '{kind}' was written by an earlier release" in err
+    code, out, err = _run(capsys, "env", "--ledger", str(path), "--node", "old")
+    assert "export KVIKIO_COMPAT_MODE=ON" in out.splitlines()
+    code, out, _ = _run(capsys, "env", "--ledger", str(path), "--node", "new")
+    assert "export KVIKIO_COMPAT_MODE=OFF" in out.splitlines()
+    assert main(["status", "--ledger", str(path), "--json"]) == Exit.OK
+    rows = {r["node"]: r for r in json.loads(capsys.readouterr().out)["nodes"]}
+    assert rows["old"]["result"] == "NOT COMPLIANT" and "io.direct_path" in rows["old"]["failing"]
+    assert "earlier release" in rows["old"]["proof_refused"]
+    assert rows["new"]["result"] == "COMPLIANT" and rows["new"]["proof_refused"] is None
+
+
+def test_cufile_honours_the_allow_compat_mode_override_on_the_h100() -> None:
+    """The fact CUFILE_ALLOW_COMPAT_MODE=false rests on (tests/fixtures/cufile/
+    allow-compat-mode-override.md): on the real H100, cufile.json says allow_compat_mode true,
+    and cuFile reports false to kvikio when the variable is set, true when it is not."""
+    import yaml
+
+    from provisioner.verify.facts import build_facts
+
+    fixtures = REPO / "tests" / "fixtures"
+    gather = yaml.safe_load((fixtures / "gather" / "h100-ubuntu24.04_no-nvidia-fs.yml").read_text())
+    facts = build_facts(json.loads(gather["output"][0]))
+    assert facts["cufile"]["path"] == "/etc/cufile.json"
+    assert facts["cufile"]["allow_compat_mode"] is True
+    io = yaml.safe_load((fixtures / "iotest" / "h100-kvikio-26.10_no-nvidia-fs_1GiB.yml")
+                        .read_text())
+    attempts = {a["mode"]: a for a in json.loads(io["output"][0])["attempts"]}
+    assert attempts["OFF"]["env"] == {"CUFILE_ALLOW_COMPAT_MODE": "false",
+                                      "KVIKIO_COMPAT_MODE": "OFF"}
+    assert attempts["OFF"]["cufile_allow_compat_mode"] is False
+    assert "CUFILE_ALLOW_COMPAT_MODE" not in attempts["ON"]["env"]
+    assert attempts["ON"]["cufile_allow_compat_mode"] is True

@@ -36,6 +36,7 @@ _STYLE = {
     SKIPPED: "yellow",
     REBOOT_PENDING: "yellow",
     "interrupted": "magenta",  # stopped by SIGINT/SIGTERM; redone on resume
+    "lost": "magenta",  # its playbook's stream ended without a final result; redone on resume
 }
 
 

@@ -2,7 +2,10 @@
 
 The per-host outcome (ok, changed, failed task and its message, unreachable) is read from
 the runner's events, never from the exit code: ``ansible-playbook`` folds failed and
-unreachable hosts into one number and a malformed playbook can look like either.
+unreachable hosts into one number and a malformed playbook can look like either. Only the
+closing ``playbook_on_stats`` event makes an outcome final: a stream that ends without it (the
+playbook was OOM-killed, crashed, timed out or its stream was cut) leaves every host ``lost``,
+never ok or changed (a failure seen before the cut may still have been rescued).
 :class:`EventCollector` is the pure part (fed recorded events in the unit tests);
 :func:`run_playbook` is the thin driver around ``ansible_runner.run``.
 """
@@ -41,6 +44,9 @@ class HostStatus(str, Enum):
     FAILED = "failed"  # a task failed (not ignored, not rescued)
     UNREACHABLE = "unreachable"
     NOT_RUN = "not_run"  # no event for the host: the play never reached it
+    # the playbook started but its event stream ended without playbook_on_stats: no final
+    # result (not a failure: no budget spent; the rollout redoes the host on resume)
+    LOST = "lost"
 
     def __str__(self) -> str:
         return self.value
@@ -138,6 +144,7 @@ class EventCollector:
         self._failed: dict[str, tuple[str, str]] = {}
         self._unreachable: dict[str, tuple[str, str]] = {}
         self._stats: dict[str, dict[str, int]] | None = None
+        self._started = False  # playbook_on_start seen: the playbook was loaded and began
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self._on_host_event = on_host_event
@@ -155,6 +162,8 @@ class EventCollector:
             stdout = event.get("stdout")
             if isinstance(stdout, str) and stdout.strip():
                 self.stdout_tail = (self.stdout_tail + stdout.splitlines())[-20:]
+            if kind in ("playbook_on_start", "playbook_on_play_start"):
+                self._started = True
             if kind == "playbook_on_stats":
                 self._stats = {
                     key: dict(data.get(key) or {})
@@ -199,6 +208,8 @@ class EventCollector:
             ))
             stats = self._stats or {}
             out: dict[str, HostOutcome] = {}
+            if self._stats is None:
+                return {h: self._lost(h) for h in hosts}
             for h in hosts:
                 ok, chg, skp = (self._ok.get(h, 0), self._changed.get(h, 0),
                                 self._skipped.get(h, 0))
@@ -220,9 +231,34 @@ class EventCollector:
                                          message="the play did not reach this host")
             return out
 
+    def _lost(self, h: str) -> HostOutcome:
+        """A host of a stream that ended without stats: what was seen, kept for the reader,
+        decides nothing (an ok may have been followed by a failure, a failure by a rescue)."""
+        msg = "no final result: the playbook's event stream ended without its closing stats " \
+              "(playbook killed, crashed, timed out or its stream cut)"
+        task = None
+        for seen in (self._unreachable, self._failed):
+            if h in seen:
+                task, last = seen[h]
+                msg += f"; last seen: task {task!r}: {last}"
+                break
+        return HostOutcome(h, HostStatus.LOST, ok=self._ok.get(h, 0),
+                           changed=self._changed.get(h, 0), skipped=self._skipped.get(h, 0),
+                           failed_task=task or None, message=msg[-2000:])
+
     @property
     def saw_stats(self) -> bool:
         return self._stats is not None
+
+    @property
+    def seen_any(self) -> bool:
+        """Some host had an event."""
+        return bool(self._seen)
+
+    @property
+    def started(self) -> bool:
+        """The playbook was loaded and began (its first event came)."""
+        return self._started
 
 
 def _slim(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -449,12 +485,21 @@ def run_playbook(
     duration = time.monotonic() - started
     outcomes = collector.outcomes()
     error = None
-    if not collector.saw_stats and not any(o.status is not HostStatus.NOT_RUN
-                                           for o in outcomes.values()):
+    if not collector.saw_stats and not collector.started and not collector.seen_any:
+        # never began (syntax error, missing role, no ansible-playbook): every host failed
         tail = "\n".join(collector.stdout_tail[-8:]) or f"ansible-playbook exited {rc}"
         error = f"the playbook did not run ({status}, rc={rc}): {tail}"
         outcomes = {
             h: HostOutcome(h, HostStatus.FAILED, failed_task=None, message=error) for h in hosts
+        }
+    elif not collector.saw_stats:
+        # began, then its stream ended early: every host lost; say why in their message
+        tail = "\n".join(collector.stdout_tail[-4:])
+        why = f" ({status}, rc={rc}" + (f": {tail}" if tail else "") + ")"
+        outcomes = {
+            h: HostOutcome(o.host, o.status, ok=o.ok, changed=o.changed, skipped=o.skipped,
+                           failed_task=o.failed_task, message=((o.message or "") + why)[-2000:])
+            for h, o in outcomes.items()
         }
     return PlaybookResult(
         playbook=str(playbook),

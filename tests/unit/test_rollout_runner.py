@@ -26,7 +26,7 @@ STATS = {"event": "playbook_on_stats", "event_data": {"failures": {"a": 1},
 def _collect(events: list[dict], hosts: list[str] = HOSTS) -> dict:
     c = EventCollector(hosts)
     for e in events:
-        assert c.handle(e) is True
+        assert c.handle(e) is False  # ansible-runner then writes no job_events file
     return c.outcomes()
 
 
@@ -244,3 +244,45 @@ def test_kill_9_of_ansible_playbook_mid_task_leaves_every_host_lost(tmp_path: Pa
     assert res.error is None  # it did run: not "the playbook did not run"
     assert {h: o.status for h, o in res.hosts.items()} == {h: HostStatus.LOST for h in hosts}
     assert all(o.changed == 1 for o in res.hosts.values())  # seen, decides nothing
+
+
+def test_events_on_disk_are_one_slim_jsonl_and_the_outcomes(tmp_path: Path) -> None:
+    """A kept runner folder holds, per run, events.jsonl (one line per event) and hosts.json,
+    and no file per event: no job_events/*.json (ansible-runner writes none when the event
+    handler returns False), no stdout/stderr copy of the output."""
+    inv = _local_inventory(tmp_path)
+    hosts = ["ok", "changed", "failed"]
+    res = run_playbook(FIX / "tiny.yml", inv, hosts, forks=3, private_data_dir=tmp_path / "pdd")
+    assert res.hosts["changed"].status is HostStatus.CHANGED
+    (run,) = list((tmp_path / "pdd" / "artifacts").iterdir())
+    files = sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file())
+    assert files == ["command", "events.jsonl", "hosts.json", "rc", "status"], files
+    lines = [json.loads(ln) for ln in (run / "events.jsonl").read_text().splitlines()]
+    assert [ln["counter"] for ln in lines] == list(range(1, len(lines) + 1))  # every event
+    assert lines[-1]["event"] == "playbook_on_stats"
+    allowed = {"event", "counter", "at", "host", "task", "changed", "failed", "ignored",
+               "duration", "message"}
+    assert all(set(ln) <= allowed for ln in lines)
+    fail = [ln for ln in lines if ln["event"] == "runner_on_failed" and ln["host"] == "failed"]
+    assert fail and fail[0]["failed"] is True and "DKMS build failed" in fail[0]["message"]
+    doc = json.loads((run / "hosts.json").read_text())
+    assert doc["final_stats"] is True
+    assert {h: o["status"] for h, o in doc["hosts"].items()} == {
+        "ok": "ok", "changed": "changed", "failed": "failed"}
+
+
+def test_event_line_bounds_and_redacts_the_message() -> None:
+    from provisioner.rollout.runner import event_line
+
+    ev = {"event": "runner_on_failed", "counter": 7, "created": "2026-01-01T00:00:00+00:00",
+          "event_data": {"host": "h" * 5000, "task": "Install", "res": {
+              "msg": "x" * 5000 + " db_password=hunter2", "changed": False,
+              "invocation": {"module_args": {"password": "hunter2"}}}}}
+    line = event_line(ev)
+    assert line["failed"] is True and line["changed"] is False and line["counter"] == 7
+    assert len(line["host"]) <= 200 and len(line["message"]) <= 500
+    assert "hunter2" not in json.dumps(line)
+    ok = event_line({"event": "runner_on_ok", "event_data": {
+        "host": "a", "task": "T", "res": {"changed": True, "stdout": "secret output"}}})
+    assert ok == {"event": "runner_on_ok", "counter": None, "at": None, "host": "a",
+                  "task": "T", "changed": True, "failed": False}

@@ -405,9 +405,12 @@ def test_a_lost_canary_spends_no_budget_stops_and_resumes(ledger: Ledger) -> Non
     res = engine(ledger, f).run()
     assert res.status == "lost" and res.exit_code is Exit.ABORTED
     assert f.provision_calls == [["n1"]] and f.verify_calls == []
-    n1 = res.to_dict()["nodes"][0]
+    from provisioner.rollout.progress import report_dict
+
+    n1 = report_dict(res)["nodes"][0]  # what --json writes
     assert (n1["name"], n1["step"], n1["provisioned"], n1["failure"]) == ("n1", "lost", False,
                                                                           None)
+    assert n1["outcome"]["status"] == "lost"
     assert res.waves[0].lost == 1 and res.waves[0].failures == 0
     assert res.to_dict()["waves"][0]["lost"] == 1
     run_id = ledger.last_unfinished_run("rollout", "fleet-x")

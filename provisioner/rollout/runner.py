@@ -221,7 +221,6 @@ class EventCollector:
                 return
         if self._on_host_event is not None:
             self._on_host_event(host, kind, task)
-        return
 
     def outcomes(self) -> dict[str, HostOutcome]:
         with self._lock:
@@ -617,11 +616,11 @@ def run_playbook(
         }
     elif not collector.saw_stats:
         # began, then its stream ended early: every host lost; say why in their message
-        tail = "\n".join(collector.stdout_tail[-4:])
+        tail = _bounded("\n".join(collector.stdout_tail[-4:]), 600)
         why = f" ({status}, rc={rc}" + (f": {tail}" if tail else "") + ")"
         outcomes = {
             h: HostOutcome(o.host, o.status, ok=o.ok, changed=o.changed, skipped=o.skipped,
-                           failed_task=o.failed_task, message=((o.message or "") + why)[-2000:])
+                           failed_task=o.failed_task, message=(o.message or "")[:1400] + why)
             for h, o in outcomes.items()
         }
     if event_log is not None and artifact_dir.is_dir():

@@ -84,7 +84,8 @@ class PlainObserver:
         self._print(
             f"== {wave.label}: {summary.compliant} compliant, {summary.failures} failure(s) "
             f"(allowed {summary.allowed_failures}), {summary.reboot_pending} reboot pending, "
-            f"{summary.duration_s:.1f}s: {'passed' if summary.passed else 'STOPPED'}"
+            + (f"{summary.lost} lost (no failure), " if summary.lost else "")
+            + f"{summary.duration_s:.1f}s: {'passed' if summary.passed else 'STOPPED'}"
         )
 
     def message(self, text: str) -> None:

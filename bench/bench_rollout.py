@@ -19,7 +19,13 @@
 
 Parts 1 and 2 run on the SIMULATED lab fleet (tests/harness): containers with stand-in
 hardware and packages, so the absolute times say nothing about real nodes; the ratios say how
-much the orchestrator adds on top of Ansible.
+much the orchestrator adds on top of Ansible. Each fleet is brought up with what its playbooks
+need: the stand-in repository served on a port of its own and the stand-in distribution
+archive configured on every node (as scripts/lab.sh does).
+
+Every measured command must succeed: a run that fails (a rollout or playbook exiting non-zero,
+say at the canary) stops the benchmark with a message naming its log, exit status 1, and no
+figure for that part (a ratio of two failed runs measures nothing).
 """
 
 from __future__ import annotations
@@ -54,8 +60,13 @@ def _env() -> dict[str, str]:
 LOGS = Path(tempfile.gettempdir()) / "gdsfleet-bench-rollout-logs"
 
 
+class BenchFailed(Exception):
+    """A measured run failed: the benchmark stops, and prints no figure for it."""
+
+
 def _timed(cmd: list[str], name: str, **kw: Any) -> tuple[float, int]:
-    """Run ``cmd``; its output goes to LOGS/<name>.log (printed when it fails)."""
+    """Run ``cmd``; its output goes to LOGS/<name>.log. A non-zero exit raises BenchFailed
+    (with the log's last lines): a failed run is never timed as if it had worked."""
     LOGS.mkdir(exist_ok=True)
     log = LOGS / f"{name}.log"
     t0 = time.perf_counter()
@@ -65,16 +76,28 @@ def _timed(cmd: list[str], name: str, **kw: Any) -> tuple[float, int]:
                            text=True, check=False, **kw)
     dt = time.perf_counter() - t0
     if p.returncode != 0:
-        tail = log.read_text().strip().splitlines()[-3:]
-        sys.stderr.write(f"  ({name}: exited {p.returncode}; {log}: {' | '.join(tail)})\n")
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise BenchFailed(f"{name} exited {p.returncode} after {dt:.0f}s (log {log}): "
+                          f"{' | '.join(tail)}")
     return dt, p.returncode
 
 
+def repo_vars(base: str) -> dict[str, str]:
+    """The role variables that point the collection at the stand-in repository at ``base``."""
+    return {
+        "cuda_repo_base_url": f"{base}/cuda/repos",
+        "mofed_doca_repo_base_url": f"{base}/doca",
+        "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/"
+                                   "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz",
+        "verify_runtime_index_url": f"{base}/pypi/simple",
+    }
+
+
 @contextmanager
-def private_repo() -> Iterator[dict[str, str]]:
+def private_repo() -> Iterator[str]:
     """Serve the stand-in repository (.lab/standin-repo) on a free loopback port of our own, so
     nobody else's harness stopping the shared server on 8470 can disturb a measurement; yields
-    the role variables that point the collection at it."""
+    its base URL."""
     import socket
 
     with socket.socket() as s:
@@ -94,13 +117,7 @@ def private_repo() -> Iterator[dict[str, str]]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        yield {
-            "cuda_repo_base_url": f"{base}/cuda/repos",
-            "mofed_doca_repo_base_url": f"{base}/doca",
-            "mofed_mlnx_ofed_tarball": f"{base}/mlnx_ofed/"
-                                       "MLNX_OFED_LINUX-23.10-2.1.3.1-debian12.1-x86_64.tgz",
-            "verify_runtime_index_url": f"{base}/pypi/simple",
-        }
+        yield base
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -112,7 +129,9 @@ def fresh_fleet(nodes: int, route: str | None, tag: str = "ro",
     """A fresh simulated fleet of its own (never the operator's lab); yields its inventory.
 
     Built with the harness's Lab (tests/harness/lab.py) under a private name prefix, state
-    directory and port range, with a private repository server, and torn down afterwards.
+    directory and port range, with a private repository server whose stand-in distribution
+    archive every node uses (``configure_distro_archive``, as scripts/lab.sh; without it the
+    roles find no ``linux-headers-<kernel>``), and torn down afterwards.
     """
     from tests.harness import lab as labmod
 
@@ -122,8 +141,14 @@ def fresh_fleet(nodes: int, route: str | None, tag: str = "ro",
     profiles = {str(i): route for i in range(1, nodes + 1)} if route else {}
     try:
         lab_nodes = lab.up(nodes, profiles)  # also builds the stand-in repository (cached)
-        with private_repo() as urls:
-            group_vars: dict[str, Any] = dict(urls)
+        with private_repo() as base:
+            for node in lab_nodes:
+                if not labmod.configure_distro_archive(node.name, base):
+                    raise BenchFailed(
+                        "the stand-in repository has no distribution archive "
+                        "(.lab/standin-repo/debian): build it with "
+                        "bash tests/harness/standin_repo/build.sh, then run the benchmark again")
+            group_vars: dict[str, Any] = repo_vars(base)
             if route:
                 group_vars["gds_route"] = route
             yield lab.inventory(state / "inventory" / "hosts.yml", lab_nodes, group_vars)
@@ -286,16 +311,25 @@ def part4_plan_vs_inventory(n: int = 10_000, runs: int = 3) -> dict[str, Any]:
         for _ in range(runs):
             dt, rc = _timed([str(REPO / ".venv" / "bin" / "ansible-inventory"), "-i", str(inv),
                              "--list"], "ansible-inventory-list", env=env)
-            ai.append(dt if rc == 0 else float("nan"))
+            ai.append(dt)  # rc is 0: a failed run raised BenchFailed
             dt, rc = _timed([*PROV, "plan", "-i", str(inv), "--ledger", str(ledger)],
                             "plan-10000", env=env)
-            plan.append(dt if rc == 0 else float("nan"))
+            plan.append(dt)
     a, p = statistics.median(ai), statistics.median(plan)
     return {"nodes": n, "ansible_inventory_list_s": a, "plan_s": p, "ratio": p / a,
             "runs_ansible_inventory": ai, "runs_plan": plan}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BenchFailed as exc:
+        sys.stdout.flush()
+        sys.stderr.write(f"bench_rollout: FAILED, no figure: {exc}\n")
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["1", "2", "3", "4"], action="append")
     ap.add_argument("--nodes", type=int, default=8)
@@ -306,7 +340,7 @@ def main() -> int:
                     help="part 2: with SSH pipelining and reuse (on), --no-pipelining (off), "
                          "or both at once (default)")
     ap.add_argument("--json", metavar="FILE")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     parts = set(args.only or ["1", "2", "3", "4"])
     if parts & {"1", "2"}:  # the roles by FQCN from this checkout (.lab/collections)
         subprocess.run(["bash", str(REPO / "scripts" / "install_collection.sh")], cwd=REPO,

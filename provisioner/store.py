@@ -76,6 +76,7 @@ STEPS = (
     "failed",
     "skipped",
     "interrupted",
+    "lost",  # the playbook's stream ended without a final result; redone on resume
 )
 
 metadata = MetaData()

@@ -1,7 +1,9 @@
 """The rollout state machine: waves, gates, failure budgets, reboots, resume.
 
 Every node walks ``pending -> [provisioning -> [rebooting ->]] verifying -> compliant`` or ends
-in ``failed``, ``skipped`` (drain failed, or verification off) or ``reboot_pending``; each step
+in ``failed``, ``skipped`` (drain failed, or verification off) or ``reboot_pending``; a node
+whose playbook run ended without a final result (no ``playbook_on_stats``) is ``lost``: no
+failure, the rollout stops after its wave and stays open, a resume redoes it; each step
 is committed in the ledger together with its result (``record_verification(step=...)``), so a
 ``kill -9`` at any moment loses at most the steps in flight. The same command again finds the
 unfinished run (``last_unfinished_run``), keeps every node that finished, and redoes the nodes
@@ -44,9 +46,13 @@ FAILED = "failed"
 SKIPPED = "skipped"
 # stopped by SIGINT/SIGTERM while in flight: no failure (no budget spent), redone on resume
 INTERRUPTED = "interrupted"
+# its playbook run (provisioning or reboot) ended without a final result: the stream stopped
+# before playbook_on_stats (killed, OOM, crash, timeout). No failure (no budget spent); the
+# rollout stops after the wave, the run stays open and a resume redoes the node first
+LOST = "lost"
 
 DONE_STEPS = frozenset({COMPLIANT, FAILED, SKIPPED, REBOOT_PENDING})
-MID_STEPS = frozenset({PROVISIONING, REBOOTING, VERIFYING, INTERRUPTED})
+MID_STEPS = frozenset({PROVISIONING, REBOOTING, VERIFYING, INTERRUPTED, LOST})
 
 
 class Provisioner(Protocol):
@@ -188,6 +194,7 @@ class WaveSummary:
     unreachable: int = 0
     skipped: int = 0
     reboot_pending: int = 0
+    lost: int = 0  # no final result from the playbook: not a failure, redone on resume
     allowed_failures: int = 0
     passed: bool = True
     duration_s: float = 0.0
@@ -207,6 +214,7 @@ class WaveSummary:
             "unreachable": self.unreachable,
             "skipped": self.skipped,
             "reboot_pending": self.reboot_pending,
+            "lost": self.lost,
             "failures": self.failures,
             "allowed_failures": self.allowed_failures,
             "passed": self.passed,
@@ -218,7 +226,7 @@ class WaveSummary:
 @dataclass
 class RolloutResult:
     run_id: str
-    status: str  # succeeded | not_compliant | aborted | interrupted
+    status: str  # succeeded | not_compliant | aborted | interrupted | lost
     exit_code: Exit
     plan: Plan
     nodes: dict[str, NodeResult]
@@ -250,6 +258,10 @@ class RolloutResult:
 
 class Stop(Exception):
     """Internal: a gate or budget stopped the rollout."""
+
+
+class Lost(Exception):
+    """Internal: nodes of a wave were lost; the rollout stops, the run stays open."""
 
 
 def reboot_required(report: Mapping[str, Any]) -> bool:
@@ -374,7 +386,7 @@ class Engine:
             plan = Plan(spec=str(recorded.get("spec", self.opts.waves)), waves=tuple(waves))
             self._caught = {
                 n: str((steps[n].get("detail") or {}).get("during") or steps[n]["step"])
-                if steps[n].get("step") == INTERRUPTED else str(steps[n]["step"])
+                if steps[n].get("step") in (INTERRUPTED, LOST) else str(steps[n]["step"])
                 for n in mid
             }
             self.run_id = run_id
@@ -478,10 +490,20 @@ class Engine:
                 summary = self._run_wave(wave, todo)
                 summaries.append(summary)
                 self.obs.wave_end(wave, summary)
+                if summary.lost:
+                    raise Lost(summary.stopped)
                 if summary.stopped:
                     raise Stop(summary.stopped)
         except Stop as stop:
             status, code, message = "aborted", Exit.ABORTED, str(stop)
+        except Lost as lost:
+            # like an interrupt: the run stays open (no finish_run), the same command resumes
+            # and redoes the lost nodes first; no failure was counted for them
+            self._writer.flush()
+            message = f"{lost}; no failure counted; run the same command again to redo them"
+            self.obs.message(message)
+            return self._result("lost", Exit.ABORTED, message, plan, summaries, resumed,
+                                started)
         except KeyboardInterrupt as exc:
             # the ledger holds every finished step; the nodes in flight become 'interrupted'
             # (no failure, no budget spent); the run stays unfinished -> resumable
@@ -603,9 +625,13 @@ class Engine:
         for batch in (resumed, rest):  # nodes caught mid-step are redone first
             if batch:
                 self._run_batch(wave, batch)
+            if any(self.nodes[p.name].step == LOST for p in batch):
+                break  # a playbook run was cut: nothing more changes in this attempt
         for p in wave.nodes:
             n = self.nodes[p.name]
-            if n.failure == "unreachable":
+            if n.step == LOST:
+                summary.lost += 1
+            elif n.failure == "unreachable":
                 summary.unreachable += 1
             elif n.failure == "drain":
                 summary.skipped += 1
@@ -622,7 +648,14 @@ class Engine:
             for n in (self.nodes[p.name] for p in wave.nodes)
             if n.failure
         )
-        if wave.canary and summary.failures:
+        if summary.lost:
+            lost = sorted(p.name for p in wave.nodes if self.nodes[p.name].step == LOST)
+            summary.passed = False
+            summary.stopped = (
+                f"{wave.label}: {len(lost)} node(s) lost (the playbook run ended without a final "
+                f"result: killed, crashed, timed out or its stream cut): {', '.join(lost)}"
+            )
+        elif wave.canary and summary.failures:
             summary.passed = False
             summary.stopped = (
                 f"the canary failed; nothing else was touched: {'; '.join(failing)}"
@@ -735,6 +768,11 @@ class Engine:
             if out.succeeded:
                 provisioned.append(name)
                 continue
+            if out.status is HostStatus.LOST:
+                self._step(name, LOST, w, {"during": PROVISIONING, "reason": "lost",
+                                           "outcome": out.to_dict()},
+                           f"lost: {out.message or 'no final result'}; redone on resume")
+                continue
             where = f"task {out.failed_task!r}: " if out.failed_task else ""
             self._step(name, FAILED, w, {"reason": out.status.value, "outcome": out.to_dict()},
                        f"{out.status.value}: {where}{out.message or ''}".strip(),
@@ -801,6 +839,11 @@ class Engine:
                 self.nodes[name].rebooted = out.succeeded
                 if out.succeeded:
                     back.append(name)
+                elif out.status is HostStatus.LOST:
+                    self._step(name, LOST, w, {"during": REBOOTING, "reason": "lost",
+                                               "outcome": out.to_dict()},
+                               f"lost while rebooting: {out.message or 'no final result'}; "
+                               "redone on resume")
                 else:
                     self._step(name, FAILED, w, {"reason": "reboot failed",
                                                  "outcome": out.to_dict()},

@@ -36,6 +36,7 @@ _STYLE = {
     SKIPPED: "yellow",
     REBOOT_PENDING: "yellow",
     "interrupted": "magenta",  # stopped by SIGINT/SIGTERM; redone on resume
+    "lost": "magenta",  # its playbook's stream ended without a final result; redone on resume
 }
 
 
@@ -83,7 +84,8 @@ class PlainObserver:
         self._print(
             f"== {wave.label}: {summary.compliant} compliant, {summary.failures} failure(s) "
             f"(allowed {summary.allowed_failures}), {summary.reboot_pending} reboot pending, "
-            f"{summary.duration_s:.1f}s: {'passed' if summary.passed else 'STOPPED'}"
+            + (f"{summary.lost} lost (no failure), " if summary.lost else "")
+            + f"{summary.duration_s:.1f}s: {'passed' if summary.passed else 'STOPPED'}"
         )
 
     def message(self, text: str) -> None:

@@ -2,9 +2,19 @@
 
 The per-host outcome (ok, changed, failed task and its message, unreachable) is read from
 the runner's events, never from the exit code: ``ansible-playbook`` folds failed and
-unreachable hosts into one number and a malformed playbook can look like either.
+unreachable hosts into one number and a malformed playbook can look like either. Only the
+closing ``playbook_on_stats`` event makes an outcome final: a stream that ends without it (the
+playbook was OOM-killed, crashed, timed out or its stream was cut) leaves every host ``lost``,
+never ok or changed (a failure seen before the cut may still have been rescued).
 :class:`EventCollector` is the pure part (fed recorded events in the unit tests);
 :func:`run_playbook` is the thin driver around ``ansible_runner.run``.
+
+On disk, per run (``artifacts/<ident>/`` of a kept runner folder): ansible-runner's own small
+files (``command``, ``status``, ``rc``), one slim ``events.jsonl`` (one line per event, only
+the fields gdsfleet uses, see :func:`event_line`) and ``hosts.json`` (the per-host outcomes).
+Nothing else per event: the event handler returns False, which tells ansible-runner not to
+write its ``job_events/<n>-<uuid>.json`` (one file per event, 6 per host for a 3-task play),
+and its ``stdout``/``stderr`` copies are off (``suppress_output_file``).
 """
 
 from __future__ import annotations
@@ -30,6 +40,12 @@ from provisioner.errors import ProvisionerError
 _WHY = re.compile(r"error|fail|unmet|depends:|unable|not installable|no such|denied|refus",
                   re.IGNORECASE)
 
+# events.jsonl: longest message kept (its tail), longest host/task name kept
+_EVENT_MSG_MAX = 500
+_EVENT_NAME_MAX = 200
+_FAILED_EVENTS = frozenset({"runner_on_failed", "runner_item_on_failed", "runner_on_async_failed",
+                            "runner_on_unreachable"})
+
 # Environment variables ansible-playbook never needs that can hold a secret (a ledger URL with
 # its password): left out of its environment and of the runner's ``command`` artifact.
 _DROPPED_ENV = ("GDSFLEET_LEDGER",)
@@ -41,6 +57,9 @@ class HostStatus(str, Enum):
     FAILED = "failed"  # a task failed (not ignored, not rescued)
     UNREACHABLE = "unreachable"
     NOT_RUN = "not_run"  # no event for the host: the play never reached it
+    # the playbook started but its event stream ended without playbook_on_stats: no final
+    # result (not a failure: no budget spent; the rollout redoes the host on resume)
+    LOST = "lost"
 
     def __str__(self) -> str:
         return self.value
@@ -130,14 +149,17 @@ class EventCollector:
         on_host_event: Callable[[str, str, str], None] | None = None,
         *,
         keep_events: bool = False,
+        sink: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._hosts = list(hosts)
+        self._sink = sink  # gets event_line() of each event (the run's events.jsonl)
         self._ok: dict[str, int] = {}
         self._changed: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
         self._failed: dict[str, tuple[str, str]] = {}
         self._unreachable: dict[str, tuple[str, str]] = {}
         self._stats: dict[str, dict[str, int]] | None = None
+        self._started = False  # playbook_on_start seen: the playbook was loaded and began
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self._on_host_event = on_host_event
@@ -146,6 +168,14 @@ class EventCollector:
         self.stdout_tail: list[str] = []
 
     def handle(self, event: Mapping[str, Any]) -> bool:
+        """Fold one event in. Returns False: ansible-runner then writes no file for it
+        (its ``job_events/``); what is kept goes to ``sink`` as one slim line."""
+        self._fold(event)
+        if self._sink is not None:
+            self._sink(event_line(event))
+        return False
+
+    def _fold(self, event: Mapping[str, Any]) -> None:
         kind = str(event.get("event", ""))
         data = event.get("event_data") or {}
         host = data.get("host")
@@ -155,15 +185,17 @@ class EventCollector:
             stdout = event.get("stdout")
             if isinstance(stdout, str) and stdout.strip():
                 self.stdout_tail = (self.stdout_tail + stdout.splitlines())[-20:]
+            if kind in ("playbook_on_start", "playbook_on_play_start"):
+                self._started = True
             if kind == "playbook_on_stats":
                 self._stats = {
                     key: dict(data.get(key) or {})
                     for key in ("ok", "changed", "failures", "dark", "skipped", "ignored",
                                 "rescued", "processed")
                 }
-                return True
+                return
             if not host:
-                return True
+                return
             task = str(data.get("task") or "")
             res = data.get("res") or {}
             if kind == "runner_on_ok":
@@ -186,10 +218,9 @@ class EventCollector:
             elif kind in ("runner_item_on_failed",):
                 self._seen.add(host)
             else:
-                return True
+                return
         if self._on_host_event is not None:
             self._on_host_event(host, kind, task)
-        return True
 
     def outcomes(self) -> dict[str, HostOutcome]:
         with self._lock:
@@ -199,6 +230,8 @@ class EventCollector:
             ))
             stats = self._stats or {}
             out: dict[str, HostOutcome] = {}
+            if self._stats is None:
+                return {h: self._lost(h) for h in hosts}
             for h in hosts:
                 ok, chg, skp = (self._ok.get(h, 0), self._changed.get(h, 0),
                                 self._skipped.get(h, 0))
@@ -220,9 +253,111 @@ class EventCollector:
                                          message="the play did not reach this host")
             return out
 
+    def _lost(self, h: str) -> HostOutcome:
+        """A host of a stream that ended without stats: what was seen, kept for the reader,
+        decides nothing (an ok may have been followed by a failure, a failure by a rescue)."""
+        msg = "no final result: the playbook's event stream ended without its closing stats " \
+              "(playbook killed, crashed, timed out or its stream cut)"
+        task = None
+        for seen in (self._unreachable, self._failed):
+            if h in seen:
+                task, last = seen[h]
+                msg += f"; last seen: task {task!r}: {last}"
+                break
+        return HostOutcome(h, HostStatus.LOST, ok=self._ok.get(h, 0),
+                           changed=self._changed.get(h, 0), skipped=self._skipped.get(h, 0),
+                           failed_task=task or None, message=msg[-2000:])
+
     @property
     def saw_stats(self) -> bool:
         return self._stats is not None
+
+    @property
+    def seen_any(self) -> bool:
+        """Some host had an event."""
+        return bool(self._seen)
+
+    @property
+    def started(self) -> bool:
+        """The playbook was loaded and began (its first event came)."""
+        return self._started
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "..." + text[-(limit - 3):]
+
+
+def event_line(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The line ``events.jsonl`` keeps of one event: its kind, counter and time, the host and
+    task, changed/failed of a result, its duration, and a bounded, redacted message (the
+    reason of a failure, or a host-less event's output, e.g. ``ERROR!`` lines); never the
+    task's arguments or its full result."""
+    from provisioner.redact import redact_text
+
+    kind = str(event.get("event", ""))[:64]
+    data = event.get("event_data") or {}
+    if not isinstance(data, Mapping):
+        data = {}
+    line: dict[str, Any] = {"event": kind, "counter": event.get("counter"),
+                            "at": event.get("created")}
+    for key in ("host", "task"):
+        val = data.get(key)
+        if isinstance(val, str) and val:
+            line[key] = _bounded(val, _EVENT_NAME_MAX)
+    res = data.get("res")
+    res = res if isinstance(res, Mapping) else {}
+    msg = ""
+    if kind.startswith("runner_"):
+        if "changed" in res:
+            line["changed"] = bool(res.get("changed"))
+        line["failed"] = kind in _FAILED_EVENTS
+        if data.get("ignore_errors"):
+            line["ignored"] = True
+        if isinstance(data.get("duration"), (int, float)):
+            line["duration"] = round(float(data["duration"]), 3)
+        if line["failed"]:
+            msg = _message(res)
+    elif not data.get("host"):
+        stdout = event.get("stdout")
+        msg = stdout.strip() if isinstance(stdout, str) and kind in ("verbose", "error") else ""
+    if msg:
+        line["message"] = _bounded(redact_text(msg), _EVENT_MSG_MAX)
+    return line
+
+
+class EventLog:
+    """``events.jsonl`` of one run: a 0600 file, one line per event, opened on the first line
+    (ansible-runner creates the run's artifacts folder before its first event), line-buffered
+    so that a killed controller leaves every line written so far."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: Any = None
+        self._lock = threading.Lock()
+        self.lines = 0
+
+    def __call__(self, line: Mapping[str, Any]) -> None:
+        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+        with self._lock:
+            if self._fh is None:
+                from provisioner.fsutil import open_private, private_dir
+
+                try:
+                    private_dir(self.path.parent)
+                    fd = open_private(self.path)
+                except OSError:
+                    self._fh = False  # no folder to write into: the outcomes still count
+                    return
+                self._fh = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+            if self._fh:
+                self._fh.write(text + "\n")
+                self.lines += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh:
+                self._fh.close()
+            self._fh = None
 
 
 def _slim(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -329,6 +464,18 @@ def _scrub_artifacts(pdd: Path) -> None:
             write_private(cmd, json.dumps(clean, ensure_ascii=False))
 
 
+def _write_outcomes(path: Path, playbook: str, status: str, rc: int | None, saw_stats: bool,
+                    error: str | None, outcomes: Mapping[str, HostOutcome]) -> None:
+    """The run's per-host outcomes, beside its events.jsonl (0600, written atomically)."""
+    from provisioner.fsutil import write_private
+    from provisioner.redact import redact_mapping
+
+    doc = {"playbook": playbook, "status": status, "rc": rc, "final_stats": saw_stats,
+           "error": error, "hosts": {h: o.to_dict() for h, o in outcomes.items()}}
+    with contextlib.suppress(OSError):
+        write_private(path, json.dumps(redact_mapping(doc), ensure_ascii=False, indent=1))
+
+
 def run_playbook(
     playbook: str | os.PathLike[str],
     inventory: str | os.PathLike[str],
@@ -379,7 +526,11 @@ def run_playbook(
         pdd = private_dir(private_data_dir, narrow=True)  # 0700; an older 0755 one narrowed
     # ansible-runner makes artifacts/<ident> 0700 but its parent with the umask's default
     private_dir(pdd / "artifacts", narrow=True)
-    collector = EventCollector(hosts, on_host_event, keep_events=keep_events)
+    ident = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
+    artifact_dir = pdd / "artifacts" / ident
+    # a temporary runner folder is removed at the end: no log to keep there
+    event_log = EventLog(artifact_dir / "events.jsonl") if pdd_tmp is None else None
+    collector = EventCollector(hosts, on_host_event, keep_events=keep_events, sink=event_log)
     env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
     for key in FORWARDED_ENV:
         if os.environ.get(key):
@@ -404,6 +555,7 @@ def run_playbook(
             "envvars": env,
             "event_handler": collector.handle,
             "status_handler": _scrub_runner_env,
+            "ident": ident,
             "quiet": True,
             "suppress_env_files": True,
             "rotate_artifacts": 5,
@@ -414,13 +566,17 @@ def run_playbook(
             (lambda: interrupts.requested() or bool(cancel()))
             if cancel is not None else interrupts.requested
         )
-        # how often the runner looks at the cancel callback (its default: every 5 s); the
-        # runner reads settings only when env/settings exists
-        kwargs["settings"] = {"pexpect_timeout": 0.5}
+        # how often the runner looks at the cancel callback (its default: every 5 s); and no
+        # stdout/stderr copies of the whole output (events.jsonl keeps what gdsfleet uses):
+        # ansible-runner 2.4.3 takes suppress_output_file from its settings only (its keyword
+        # is overwritten by them), and reads settings only when env/settings exists; an older
+        # settings file is merged over this dict, keeping these keys
+        kwargs["settings"] = {"pexpect_timeout": 0.5, "suppress_output_file": True}
         settings_file = pdd / "env" / "settings"
         if not settings_file.exists():
             settings_file.parent.mkdir(parents=True, exist_ok=True)
-            settings_file.write_text("pexpect_timeout: 0.5\n", encoding="utf-8")
+            settings_file.write_text("pexpect_timeout: 0.5\nsuppress_output_file: true\n",
+                                     encoding="utf-8")
         if wrapper is not None:
             kwargs["binary"] = str(wrapper)
             kwargs["cmdline"] = " ".join(
@@ -441,6 +597,8 @@ def run_playbook(
                 wrapper.unlink()
         if extravars_file is not None:
             extravars_file.unlink(missing_ok=True)
+        if event_log is not None:
+            event_log.close()
         if pdd_tmp:
             shutil.rmtree(pdd_tmp, ignore_errors=True)
         else:
@@ -449,13 +607,25 @@ def run_playbook(
     duration = time.monotonic() - started
     outcomes = collector.outcomes()
     error = None
-    if not collector.saw_stats and not any(o.status is not HostStatus.NOT_RUN
-                                           for o in outcomes.values()):
+    if not collector.saw_stats and not collector.started and not collector.seen_any:
+        # never began (syntax error, missing role, no ansible-playbook): every host failed
         tail = "\n".join(collector.stdout_tail[-8:]) or f"ansible-playbook exited {rc}"
         error = f"the playbook did not run ({status}, rc={rc}): {tail}"
         outcomes = {
             h: HostOutcome(h, HostStatus.FAILED, failed_task=None, message=error) for h in hosts
         }
+    elif not collector.saw_stats:
+        # began, then its stream ended early: every host lost; say why in their message
+        tail = _bounded("\n".join(collector.stdout_tail[-4:]), 600)
+        why = f" ({status}, rc={rc}" + (f": {tail}" if tail else "") + ")"
+        outcomes = {
+            h: HostOutcome(o.host, o.status, ok=o.ok, changed=o.changed, skipped=o.skipped,
+                           failed_task=o.failed_task, message=(o.message or "")[:1400] + why)
+            for h, o in outcomes.items()
+        }
+    if event_log is not None and artifact_dir.is_dir():
+        _write_outcomes(artifact_dir / "hosts.json", str(playbook), status, rc,
+                        collector.saw_stats, error, outcomes)
     return PlaybookResult(
         playbook=str(playbook),
         rc=rc,

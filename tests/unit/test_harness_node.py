@@ -84,8 +84,7 @@ def test_nogpu_profile(nodes) -> None:
 
 
 def test_overrides_and_ready(module_sim_node) -> None:
-    n = module_sim_node("nvfs", {"SIM_IOMMU": "pt", "SIM_SECURE_BOOT": "1", "SIM_GPU_COUNT": "4",
-                                 "SIM_KVIKIO": "0"})
+    n = module_sim_node("nvfs", {"SIM_IOMMU": "pt", "SIM_SECURE_BOOT": "1", "SIM_GPU_COUNT": "4"})
     assert n.exec("gdsfleet-sim-ready").returncode == 0
     assert "iommu=pt" in n.read("/proc/cmdline")
     assert n.exec("ls /sys/class/iommu").stdout.split() == ["dmar0"]

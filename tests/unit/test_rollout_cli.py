@@ -251,3 +251,33 @@ def test_secret_extra_vars_never_reach_the_ledger(lab: dict[str, Path]) -> None:
     led.close()
     assert "hunter2" not in json.dumps(run["args"])
     assert "vault_password=<redacted>" in run["args"]["extra_var"]
+
+
+def test_a_playbook_cut_by_its_deadline_leaves_the_canary_lost_and_resumable(
+        lab: dict[str, Path]) -> None:
+    """--playbook-timeout stops the canary's playbook mid-task: its stream ends without
+    stats, so the canary is lost (not failed, not provisioned), nothing else is touched, the
+    run stays open; the same command redoes it. (Before: the canary 'failed' as a playbook
+    that "did not run", the run closed 'aborted'.) ~40 s: the deadline must leave
+    ansible-playbook time to start on 2 loaded cores."""
+    out = lab["tmp"] / "r.json"
+    rc = main(_args(lab, "--waves", "1,100%", "-e", "wait_s=600", "--playbook-timeout", "30",
+                    "--json", str(out)))
+    assert rc == Exit.ABORTED
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "lost"
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert (nodes["node01"]["step"], nodes["node01"]["provisioned"],
+            nodes["node01"]["failure"]) == ("lost", False, None)
+    assert {n["step"] for name, n in nodes.items() if name != "node01"} == {"pending"}
+    assert doc["waves"][0]["lost"] == 1 and doc["waves"][0]["failures"] == 0
+    led = Ledger.open(lab["ledger"])
+    (run,) = led.runs(kind="rollout")
+    assert run["finished_at"] is None  # left open: resumable
+    led.close()
+    assert main(_args(lab, "--waves", "1,100%")) == Exit.OK
+    led = Ledger.open(lab["ledger"])
+    (run,) = led.runs(kind="rollout")
+    assert run["status"] == "succeeded"
+    steps = [e["step"] for e in led.step_events(run["id"], "node01")]
+    assert steps[:3] == ["pending", "provisioning", "lost"] and steps[-1] == "skipped"

@@ -47,6 +47,8 @@ class FakeFleet:
     reboot_calls: list[list[str]] = field(default_factory=list)
     verify_calls: list[tuple[list[str], bool]] = field(default_factory=list)
     crash_in_verify_after: int | None = None
+    lost_in: set[str] = field(default_factory=set)  # a playbook run with one of them is cut
+    reboot_lost: bool = False  # the reboot playbook's run is cut
     _verified: int = 0
 
     # Provisioner
@@ -54,6 +56,11 @@ class FakeFleet:
                   on_host_event: Callable[[str, str, str], None]) -> Mapping[str, HostOutcome]:
         self.provision_calls.append(list(hosts))
         out = {}
+        if self.lost_in & set(hosts):  # the stream ended before its stats: every host lost
+            for h in hosts:
+                on_host_event(h, "runner_on_ok", "Install nvidia-gds")
+            return {h: HostOutcome(h, HostStatus.LOST, ok=3, changed=1,
+                                   message="no final result") for h in hosts}
         for h in hosts:
             if h in self.unreachable:
                 out[h] = HostOutcome(h, HostStatus.UNREACHABLE, failed_task="Gather",
@@ -70,6 +77,8 @@ class FakeFleet:
 
     def reboot(self, hosts: Sequence[str], *, wave: int) -> Mapping[str, HostOutcome]:
         self.reboot_calls.append(list(hosts))
+        if self.reboot_lost:
+            return {h: HostOutcome(h, HostStatus.LOST, message="no final result") for h in hosts}
         self.needs_reboot -= set(hosts)
         return {h: HostOutcome(h, HostStatus.CHANGED) for h in hosts}
 
@@ -387,3 +396,58 @@ def test_seed_pending_is_one_transaction_for_many(ledger: Ledger) -> None:
     seed_pending(ledger, run_id, plan)
     st = ledger.node_steps(run_id)
     assert len(st) == 2000 and st["h00000"]["wave"] == 0 and st["h01999"]["wave"] == 2
+
+
+def test_a_lost_canary_spends_no_budget_stops_and_resumes(ledger: Ledger) -> None:
+    """The canary's playbook stream ends without stats: the node is lost (not failed, not
+    provisioned), nothing else is touched, the run stays open; the same command redoes it."""
+    f = FakeFleet(lost_in={"n1"})
+    res = engine(ledger, f).run()
+    assert res.status == "lost" and res.exit_code is Exit.ABORTED
+    assert f.provision_calls == [["n1"]] and f.verify_calls == []
+    from provisioner.rollout.progress import report_dict
+
+    n1 = report_dict(res)["nodes"][0]  # what --json writes
+    assert (n1["name"], n1["step"], n1["provisioned"], n1["failure"]) == ("n1", "lost", False,
+                                                                          None)
+    assert n1["outcome"]["status"] == "lost"
+    assert res.waves[0].lost == 1 and res.waves[0].failures == 0
+    assert res.to_dict()["waves"][0]["lost"] == 1
+    run_id = ledger.last_unfinished_run("rollout", "fleet-x")
+    assert run_id == res.run_id  # left open: resumable
+    assert steps(ledger, run_id)["n1"] == "lost"
+    assert ledger.node_steps(run_id)["n1"]["detail"]["during"] == "provisioning"
+    f.lost_in.clear()
+    f.provision_calls.clear()
+    again = engine(ledger, f).run()
+    assert again.resumed and again.run_id == run_id and again.exit_code is Exit.OK
+    assert f.provision_calls[0] == ["n1"]  # redone first
+    assert [e["step"] for e in ledger.step_events(run_id, "n1")] == [
+        "pending", "provisioning", "lost", "provisioning", "verifying", "compliant"]
+
+
+def test_lost_nodes_spend_no_failure_budget(ledger: Ledger) -> None:
+    """A later wave lost with --max-total-failures 0: no failure counted, the waves after it
+    untouched, the earlier ones kept; resume finishes without re-provisioning them."""
+    f = FakeFleet(lost_in={"n3"})
+    res = engine(ledger, f, max_total_failures=Budget(0, False)).run()
+    assert res.status == "lost" and res.exit_code is Exit.ABORTED
+    assert "n2, n3, n4" in res.message and "no failure counted" in res.message
+    assert f.provision_calls == [["n1"], ["n2", "n3", "n4"]]
+    assert {n: r.step for n, r in res.nodes.items() if r.wave == 1} == dict.fromkeys(
+        ("n2", "n3", "n4"), "lost")
+    assert not any(r.failure for r in res.nodes.values())
+    f.lost_in.clear()
+    f.provision_calls.clear()
+    again = engine(ledger, f, max_total_failures=Budget(0, False)).run()
+    assert again.exit_code is Exit.OK
+    assert f.provision_calls == [["n2", "n3", "n4"], ["n5", "n6", "n7", "n8"]]
+
+
+def test_a_lost_reboot_is_lost_not_failed(ledger: Ledger) -> None:
+    f = FakeFleet(needs_reboot={"n1"}, reboot_lost=True)
+    res = engine(ledger, f, allow_reboot=True).run()
+    assert res.status == "lost"
+    assert res.nodes["n1"].step == "lost" and res.nodes["n1"].failure is None
+    detail = ledger.node_steps(res.run_id)["n1"]["detail"]
+    assert detail["during"] == "rebooting"

@@ -94,3 +94,14 @@ def test_summary_and_reports(tmp_path: Path) -> None:
     assert suites[1].get("failures") == "1" and suites[1].get("skipped") == "1"
     failure = suites[1].find("testcase[@name='b']/failure")
     assert failure is not None and "Install" in (failure.get("message") or "")
+
+
+def test_plain_wave_end_says_how_many_were_lost() -> None:
+    buf = io.StringIO()
+    obs = PlainObserver(buf)
+    wave = plan_waves(["a", "b"], "1,100%").waves[0]
+    obs.wave_end(wave, WaveSummary(0, wave.label, 1, lost=1, passed=False))
+    obs.wave_end(wave, WaveSummary(0, wave.label, 1))
+    first, second = buf.getvalue().splitlines()
+    assert "1 lost (no failure)" in first and first.endswith("STOPPED")
+    assert "lost" not in second

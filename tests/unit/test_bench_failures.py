@@ -1,0 +1,153 @@
+"""The benchmarks fail loudly: a measured run that failed stops the benchmark, exit status
+non-zero, and no figure is printed (issue 16: "ratio 1.099" came from two runs that both failed
+at the canary). No container, no playbook: the measured commands are faked as failing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_rollout_part1_that_failed_at_the_canary_prints_no_ratio(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _load("bench_rollout")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all: {}\n")
+
+    @contextmanager
+    def fleet(*_a: Any, **_k: Any) -> Iterator[Path]:
+        yield inv
+
+    ran: list[list[str]] = []
+    real_run = subprocess.run
+
+    def fake_run(cmd: Any, *a: Any, **kw: Any) -> Any:
+        words = [str(c) for c in cmd]
+        if any("install_collection.sh" in w for w in words):
+            return subprocess.CompletedProcess(cmd, 0)
+        if any("ansible-playbook" in w for w in words) or "rollout" in words:
+            ran.append(words)
+            out = kw.get("stdout")
+            if out is not None and hasattr(out, "write"):
+                out.write("fatal: [n1]: FAILED! => No package matching "
+                          "'linux-headers-6.1.0-test' is available\n")
+            return subprocess.CompletedProcess(cmd, 2 if "rollout" not in words else 3)
+        return real_run(cmd, *a, **kw)
+
+    monkeypatch.setattr(mod, "fresh_fleet", fleet)
+    monkeypatch.setattr(mod, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["bench_rollout.py", "--only", "1"])
+    rc = mod.main()
+    out, err = capsys.readouterr()
+    assert ran, "the measured command never ran"
+    assert rc != 0
+    assert "ratio" not in out and "ratio" not in err
+    assert "FAILED" in err and "linux-headers" in err
+
+
+def test_bench_rollout_fleets_use_their_own_distribution_archive(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each fleet brings up what its playbooks need: every node's stand-in distribution
+    archive points at the benchmark's own repository server; without the archive it stops."""
+    mod = _load("bench_rollout")
+    from tests.harness import lab as labmod
+
+    class FakeLab:
+        downs = 0
+
+        def __init__(self, *_a: Any, **_k: Any) -> None:
+            pass
+
+        def up(self, n: int, _profiles: Any) -> list[Any]:
+            return [SimpleNamespace(name=f"node{i}") for i in range(1, n + 1)]
+
+        def inventory(self, path: Path, *_a: Any) -> Path:
+            return path
+
+        def down(self, **_k: Any) -> None:
+            FakeLab.downs += 1
+
+    @contextmanager
+    def repo() -> Iterator[str]:
+        yield "http://127.0.0.1:1"
+
+    calls: list[tuple[str, str | None]] = []
+    built = [True]
+
+    def configure(container: str, base: str | None = None) -> bool:
+        calls.append((container, base))
+        return built[0]
+
+    monkeypatch.setattr(labmod, "Lab", FakeLab)
+    monkeypatch.setattr(labmod, "configure_distro_archive", configure)
+    monkeypatch.setattr(mod, "private_repo", repo)
+    with mod.fresh_fleet(2, None):
+        pass
+    assert calls == [("node1", "http://127.0.0.1:1"), ("node2", "http://127.0.0.1:1")]
+    built[0] = False
+    with pytest.raises(mod.BenchFailed, match="distribution archive"), mod.fresh_fleet(2, None):
+        pass
+    assert FakeLab.downs == 2  # torn down either way
+
+
+def test_bench_verify_with_nodes_not_compliant_prints_no_figure(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _load("bench_verify")
+    from tests.harness import fixtures as fixmod
+    from tests.harness import lab as labmod
+
+    class FakeLab:
+        def __init__(self, *_a: Any, **_k: Any) -> None:
+            pass
+
+        def up(self, n: int) -> list[Any]:
+            return [SimpleNamespace(name=f"node{i}") for i in range(1, n + 1)]
+
+        def inventory(self, path: Path, *_a: Any) -> Path:
+            return path
+
+        def down(self, **_k: Any) -> None:
+            pass
+
+    def fake_timed(cmd: list[str]) -> tuple[float, Any]:
+        if "verify" in cmd:  # the I/O test failed everywhere: verify exits 1
+            out = Path(cmd[cmd.index("--json") + 1])
+            out.write_text(json.dumps({"summary": {
+                "total": 1, "compliant": 0, "not_compliant": 1, "unreachable": 0,
+                "errors": 0}}))
+            return 2.0, subprocess.CompletedProcess(cmd, 1, "", "io_test failed")
+        return 1.0, subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(labmod, "Lab", FakeLab)
+    monkeypatch.setattr(fixmod, "run_verify_runtime_role", lambda *_a, **_k: None)
+    monkeypatch.setattr(mod, "timed", fake_timed)
+    monkeypatch.setattr(mod.subprocess, "run",
+                        lambda cmd, *a, **k: subprocess.CompletedProcess(cmd, 0, "", ""))
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--sizes", "1", "--repeat", "1", "--no-light", "--no-controller-cost"])
+    assert exc.value.code not in (0, None)
+    assert "FAILED" in str(exc.value.code)
+    out = capsys.readouterr().out
+    assert "verify(N)/verify(1)" not in out and "target:" not in out

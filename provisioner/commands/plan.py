@@ -99,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
     doc["unfinished_run"] = unfinished
     if args.json:
         from provisioner.fsutil import write_private
-        from provisioner.redact import redact_known
+        from provisioner.redact import redact_document
 
-        text = redact_known(json.dumps(doc, indent=2) + "\n")
+        # masked in the data, never in the JSON text (a registered "false" broke the JSON)
+        text = json.dumps(redact_document(doc), indent=2) + "\n"
         if args.json == "-":
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)

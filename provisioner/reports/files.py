@@ -9,14 +9,19 @@ Modes: reports hold node names, addresses and error text, so they are created 06
 Prometheus textfile must be readable by node_exporter, which runs as its own user, so it is
 0644. Either is narrowed by the process umask (never wider than the operator allows).
 
-Whatever is written passes through ``provisioner.redact.redact_known`` first: a secret given to
-this process (extra vars, a ledger URL's password) never reaches a report.
+Secrets are masked in the document before it is serialized (:func:`safe_document`, called by
+every writer of provisioner.reports): a secret given to this process (extra vars, a ledger
+URL's password) never reaches a report, and the text is never rewritten after serializing (a
+registered value replaced inside JSON once turned ``"compliant": false`` into
+``"compliant": ***``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 PRIVATE = 0o600
 WORLD_READABLE = 0o644
@@ -29,12 +34,18 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
     return mode & ~mask
 
 
-def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
-    """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout."""
-    from provisioner.fsutil import write_atomic
-    from provisioner.redact import redact_known
+def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with every secret masked in its strings (provisioner.redact.redact_document)."""
+    from provisioner.redact import redact_document
 
-    data = redact_known(data)
+    return dict(redact_document(doc))
+
+
+def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
+    """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout.
+    ``data`` comes from a document already through :func:`safe_document`."""
+    from provisioner.fsutil import write_atomic
+
     if str(path) == "-":
         sys.stdout.write(data)
         sys.stdout.flush()
@@ -42,4 +53,4 @@ def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE
     write_atomic(path, data, mode=mode)
 
 
-__all__ = ["PRIVATE", "WORLD_READABLE", "atomic_write", "umask_mode"]
+__all__ = ["PRIVATE", "WORLD_READABLE", "atomic_write", "safe_document", "umask_mode"]

@@ -79,7 +79,7 @@ _NOT_SECRET_VALUES = frozenset(
 # HF_HUB_DISABLE_TOKEN), and a prefix in _PUBLIC_KEY names a key that is public by definition
 # (the Python images' GPG_KEY is a release manager's OpenPGP fingerprint)
 _ENV_SECRET_SUFFIX = re.compile(
-    r"(?:pass(?:word|wd|phrase)|secret|token|credentials?|(?:^|_)pass|(?:^|_)pwd?|"
+    r"(?:pass(?:word|wd|phrase)|secret|token|credentials?|(?:^|_)pass|_pwd?|"
     r"(?:^|_)(?:api|access|private|secret|ssh|auth|signing|encryption|client|license)?_?key"
     r"|apikey)\Z", re.IGNORECASE)
 _PUBLIC_KEY = re.compile(r"(?:^|_)(?:gpg|pgp|gnupg|public|pub|host)(?:_|\Z)", re.IGNORECASE)

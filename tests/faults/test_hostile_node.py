@@ -335,6 +335,19 @@ def test_1_huge_item_is_bounded_and_sigterm_still_acts(tmp_path: Path) -> None:
     assert out and "Traceback" not in err
 
 
+@pytest.mark.parametrize("item", ["os_release", "nvfs_stats", "gdscheck", "mountinfo",
+                                  "cufile_json", "nvidia_smi_query", "lsblk", "packages"])
+def test_1_an_item_under_the_cap_is_parsed_in_linear_time(item: str) -> None:
+    """An item just under the 1 MiB cap, shaped to make a parser backtrack or rescan: parsed
+    in seconds (before: os_release's shlex took quadratic time, minutes for 1 MiB)."""
+    from provisioner.verify.facts import build_facts
+
+    for text in ("a=" * 450_000, "a\n" * 450_000, "A" * 900_000):
+        t0 = time.monotonic()
+        build_facts({"gdsfleet_gather": 1, "items": {item: {"rc": 0, "out": text, "err": ""}}})
+        assert time.monotonic() - t0 < 20, (item, text[:4])
+
+
 # ============================================================ 2. SIGTERM and the local command
 def test_2_sigterm_stops_verify_local_and_its_command(tmp_path: Path) -> None:
     """Case 2: SIGTERM while ``verify --local`` waits for a node command that sleeps 25 s:

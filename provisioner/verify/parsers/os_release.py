@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 
-
 MAX_VALUE_CHARS = 4096
 
 

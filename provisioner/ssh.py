@@ -555,6 +555,14 @@ class SSHRunner:
                     f"a proxy or firewall holding the connection, or an overloaded sshd)",
                     transient=True,
                 )
+            elif _is_handshake_timeout(exc):
+                # paramiko gave up waiting for the key exchange: the server sent something,
+                # not SSH (a banner that never ends, another protocol); not retried
+                err = ConnectError(
+                    f"{self.node.name} ({self.target.describe()}): no SSH handshake within "
+                    f"{self.settings.banner_timeout + self.settings.connect_timeout:g}s: the "
+                    f"port answers but does not speak SSH (a wrong ansible_port, another "
+                    f"service, or a server that never ends its banner)")
             raise err from None
 
     def _missing_inventory_key(self) -> str | None:
@@ -729,6 +737,10 @@ class SSHRunner:
             stderr=b"".join(err).decode("utf-8", "replace"),
             duration_s=time.monotonic() - t0,
         )
+
+
+def _is_handshake_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, paramiko.SSHException) and str(exc) == "No existing session"
 
 
 def _is_banner_error(exc: BaseException) -> bool:

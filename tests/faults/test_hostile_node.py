@@ -277,6 +277,65 @@ def test_1_sigterm_acts_during_a_long_banner(tmp_path: Path) -> None:
     assert rc in (Exit.UNREACHABLE, 143, -signal.SIGTERM), rc
 
 
+class EndlessServer(BannerServer):
+    """Answers every connection with a banner line that never ends, as fast as it can."""
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._pump, args=(conn,), daemon=True).start()
+
+    def _pump(self, conn: socket.socket) -> None:
+        self.sent.set()
+        try:
+            while True:
+                conn.sendall(b"A" * 65536)
+        except OSError:
+            return
+
+
+def test_1_endless_banner_is_bounded_and_sigterm_acts(tmp_path: Path) -> None:
+    """Case 1: a port that sends a banner line that never ends: the node is unreachable
+    after the handshake timeout with a message that says what happened (before: "SSHException:
+    No existing session"), and SIGTERM in the middle acts within the promised 2 s."""
+    srv = EndlessServer([])
+    try:
+        report = tmp_path / "r.json"
+        argv = provisioner("verify", "-i", str(srv.inventory(tmp_path)), "--ssh-config", "none",
+                           "--retries", "0", "--connect-timeout", "1", "--no-ledger",
+                           "--json", str(report))
+        env = env_with(tmp_path, tmp_path)
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO,
+                              timeout=120)
+        took = time.monotonic() - t0
+        assert proc.returncode == Exit.UNREACHABLE, proc.stderr[-2000:]
+        node = json.loads(report.read_text())["nodes"][0]
+        assert "no SSH handshake within 2.5s" in node["error"], node["error"]
+        assert took < 30, took
+        srv.sent.clear()
+        proc2 = subprocess.Popen(argv[:-2], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+        try:
+            assert srv.sent.wait(60), "verify never connected"
+            time.sleep(0.5)
+            proc2.send_signal(signal.SIGTERM)
+            t1 = time.monotonic()
+            rc = proc2.wait(timeout=30)
+            assert time.monotonic() - t1 < 5
+            assert rc in (Exit.UNREACHABLE, 143), rc
+        finally:
+            if proc2.poll() is None:
+                proc2.kill()
+                proc2.wait()
+    finally:
+        srv.close()
+
+
 def test_1_huge_stdout_is_output_too_large_not_a_hang(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]

@@ -49,6 +49,11 @@ class CommandTimeout(ConnectError):
     """A remote command ran past its deadline."""
 
 
+class OutputTooLarge(ConnectError):
+    """A node wrote more than the controller reads from one command (provisioner.sanitize):
+    the command is stopped and the node's answer refused, as for an unreachable node."""
+
+
 class CheckError(ProvisionerError):
     """A check could not be evaluated (bad captured output, unknown format)."""
 

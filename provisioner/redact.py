@@ -23,7 +23,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, quote_plus, unquote, unquote_plus
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
 
 REDACTED = "<redacted>"  # a whole value hidden by its name (mappings, extra vars)
 MASK = "***"  # a value hidden inside free text
@@ -31,8 +31,18 @@ MASK = "***"  # a value hidden inside free text
 # the extra-var options of `provisioner rollout` and of ansible-playbook
 EXTRA_VAR_OPTIONS = ("-e", "--extra-var", "--extra-vars")
 
+# "token" and "secret" as words (not TOKENIZERS_PARALLELISM, not secretary)
 _STRONG = re.compile(
-    r"pass(?:word|wd|phrase)|secret|token|credential|(?:^|[_\-.])pass$|^pass(?:$|[_\-.])",
+    r"pass(?:word|wd|phrase)|secret(?![a-z])|token(?![a-z])|credential|(?:^|[_\-.])pass$|"
+    r"^pass(?:$|[_\-.])",
+    re.IGNORECASE,
+)
+# a name about a secret, not holding one: a switch (HF_HUB_DISABLE_TOKEN, ...NO_PASSWORD) or a
+# setting named by its last word (ANSIBLE_HOST_KEY_CHECKING, TOKEN_TTL, SSH_KEY_TYPE)
+_SETTING = re.compile(
+    r"(?:^|[_\-.])(?:disable|disabled|enable|enabled|no|use|skip|allow|require|ask)[_\-.]|"
+    r"[_\-.](?:checking|check|checks|parallelism|policy|algorithms?|bits|length|ttl|timeout|"
+    r"lifetime|expiry|count|mode|format|required|enabled|disabled|prompt)$",
     re.IGNORECASE,
 )
 _KEYISH = re.compile(r"(?:^|[_\-.])(?:api|access|private|secret|ssh|auth|signing|encryption|"
@@ -44,7 +54,6 @@ _KEY_LOCATION = re.compile(r"[_\-.](?:url|path|file|dir|id|name|type|size|server
 _PEM = re.compile(
     r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.S
 )
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@'\"]*):([^@\s'\"]*)@")
 # a parameter's value ends at the next parameter, a blank, a quote, or punctuation closing
 # the sentence it is quoted in ("...?password=x: read failed")
 _QUERY = re.compile(r"([?&;])([A-Za-z_][A-Za-z0-9_.\-]*)=([^&\s#'\"]*?)"
@@ -57,6 +66,133 @@ _KV_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;&'\"]+")
 _VALUES: set[str] = set()
 _VALUES_LOCK = threading.Lock()
 _MIN_REGISTERED = 4  # shorter values would mask ordinary words
+# settings, never secrets, whatever the variable is called (TOKENIZERS_PARALLELISM=false,
+# HF_HUB_DISABLE_TOKEN=1, ANSIBLE_HOST_KEY_CHECKING=False): masking them would hide every
+# "false" of a report
+_NOT_SECRET_VALUES = frozenset(
+    {"true", "false", "yes", "no", "on", "off", "none", "null", "nil", "unset", "enabled",
+     "disabled", "enable", "disable", "auto", "default", "required", "optional", "ignore",
+     "accept-new", "ask"})
+# an environment variable holds a secret when its name ends in one of these words
+# (PGPASSWORD, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, VAULT_PASS) and its value looks like one;
+# a word in the middle names a setting about the secret (ANSIBLE_HOST_KEY_CHECKING,
+# HF_HUB_DISABLE_TOKEN), and a prefix in _PUBLIC_KEY names a key that is public by definition
+# (the Python images' GPG_KEY is a release manager's OpenPGP fingerprint)
+_ENV_SECRET_SUFFIX = re.compile(
+    r"(?:pass(?:word|wd|phrase)|secret|token|credentials?|(?:^|_)pass|_pwd?|"
+    r"(?:^|_)(?:api|access|private|secret|ssh|auth|signing|encryption|client|license)?_?key"
+    r"|apikey)\Z", re.IGNORECASE)
+_PUBLIC_KEY = re.compile(r"(?:^|_)(?:gpg|pgp|gnupg|public|pub|host)(?:_|\Z)", re.IGNORECASE)
+
+# URL userinfo, as ``scheme://user:PASSWORD@`` (the scheme a letter then letters, digits,
+# "+", ".", "-"): found by a scan (str.find plus one pass per run) instead of an unanchored
+# regex, which backtracked quadratically over a long run of letters (100,000 characters of
+# SSH banner took 11 s, holding the GIL and with it Ctrl-C)
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_USER_STOP = re.compile(r"[/\s:@'\"]")
+_PW_STOP = re.compile(r"[@\s'\"]")
+
+
+def url_password_spans(text: str, *, user_stop: re.Pattern[str] = _USER_STOP,
+                       pw_stop: re.Pattern[str] = _PW_STOP, min_user: int = 0,
+                       ) -> list[tuple[int, int]]:
+    """(start, end) of every password in ``scheme://user:PASSWORD@`` in ``text``: the spans
+    a leftmost-longest regex would find, in linear time (each character is looked at a
+    bounded number of times, whatever the text)."""
+    spans: list[tuple[int, int]] = []
+    n = len(text)
+    floor = 0  # a match never starts inside the previous one
+    pw_stop_at = -1  # cache: the first password terminator at or after the last lookup
+    pos = text.find("://")
+    while pos != -1:
+        i = pos
+        while i > floor and text[i - 1] in _SCHEME_CHARS:
+            i -= 1
+        has_letter = any(c.isascii() and c.isalpha() for c in text[i:pos])
+        user_start = pos + 3
+        m = user_stop.search(text, user_start)
+        user_end = m.start() if m else n
+        if has_letter and user_end - user_start >= min_user and user_end < n \
+                and text[user_end] == ":":
+            pw_start = user_end + 1
+            if pw_stop_at < pw_start:
+                m = pw_stop.search(text, pw_start)
+                pw_stop_at = m.start() if m else n
+            if pw_stop_at < n and text[pw_stop_at] == "@":
+                spans.append((pw_start, pw_stop_at))
+                floor = pw_stop_at + 1
+                pos = text.find("://", floor)
+                continue
+        pos = text.find("://", pos + 1)
+    return spans
+
+
+def mask_spans(text: str, spans: Sequence[tuple[int, int]], mask: str = MASK) -> str:
+    """``text`` with each (start, end) span replaced by ``mask`` (spans sorted, disjoint)."""
+    if not spans:
+        return text
+    out: list[str] = []
+    pos = 0
+    for a, b in spans:
+        out.append(text[pos:a])
+        out.append(mask)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def url_password(value: str) -> str | None:
+    """The password of a URL as ``urllib.parse`` reads it (quotes, blanks and all), or None."""
+    if "://" not in value:
+        return None
+    try:
+        parts = urlsplit(value.strip())
+        pw = parts.password
+    except ValueError:
+        return None
+    if not pw:
+        return None
+    return str(pw)
+
+
+def mask_url_password(value: str) -> str:
+    """A whole value (an argument, a recorded option) with its URL password masked, as
+    ``urllib.parse`` delimits it: a password holding ``'`` or a blank is masked whole."""
+    if "://" not in value:
+        return value
+    try:
+        netloc = urlsplit(value.strip()).netloc
+    except ValueError:
+        return value
+    userinfo, at, _host = netloc.rpartition("@")
+    user, colon, raw = userinfo.partition(":")
+    if not at or not colon or not raw:
+        return value
+    return value.replace(f"{userinfo}@", f"{user}:{MASK}@", 1)
+
+
+def looks_secret(value: str) -> bool:
+    """Could ``value`` be a secret? Not a flag, a number or a word shorter than 4."""
+    v = value.strip()
+    if len(v) < _MIN_REGISTERED or v.lower() in _NOT_SECRET_VALUES:
+        return False
+    try:
+        float(v)
+    except ValueError:
+        return True
+    return len(v) >= 8  # a long number can be a PIN or an account key; a short one is a count
+
+
+def is_secret_env(name: str, value: str) -> bool:
+    """An environment variable that holds a secret: a secret word ends its name (not a
+    location: ``*_FILE``, ``*_PATH``...; not a public key: ``GPG_KEY``) and its value looks
+    like a secret (never ``true``/``false``/``0``/``1``)."""
+    if not _ENV_SECRET_SUFFIX.search(name) or _KEY_LOCATION.search(name) \
+            or _SETTING.search(name):
+        return False
+    if name.upper().endswith("KEY") and _PUBLIC_KEY.search(name):
+        return False
+    return looks_secret(value)
 
 
 def is_secret_name(name: str) -> bool:
@@ -64,20 +200,24 @@ def is_secret_name(name: str) -> bool:
     n = name.strip().strip("\"'").lstrip("-")
     if not n:
         return False
+    if _SETTING.search(n):
+        return False
     if _STRONG.search(n):
         return True
     return bool(_KEYISH.search(n)) and not _KEY_LOCATION.search(n)
 
 
 def _strongly_secret(name: str) -> bool:
-    return bool(_STRONG.search(name.strip().strip("\"'")))
+    n = name.strip().strip("\"'")
+    return bool(_STRONG.search(n)) and not _SETTING.search(n)
 
 
 # ------------------------------------------------------------------------------ registry
 def register(value: Any) -> None:
     """Mask ``value`` (and its URL-encoded forms) wherever :func:`redact_text` sees it."""
-    if not isinstance(value, str) or len(value) < _MIN_REGISTERED:
-        return
+    if not isinstance(value, str) or len(value) < _MIN_REGISTERED \
+            or value.strip().lower() in _NOT_SECRET_VALUES:
+        return  # a flag is never masked: it would hide every "false" of a report
     with _VALUES_LOCK:
         for v in (value, quote(value, safe=""), quote_plus(value), unquote(value)):
             if len(v) >= _MIN_REGISTERED:
@@ -97,16 +237,20 @@ def forget_all() -> None:
 
 def secrets_in_text(text: str) -> list[str]:
     """The secret values :func:`redact_text` would mask by pattern in ``text``."""
-    found = [m.group(2) for m in _URL_USERINFO.finditer(text)]
+    found = [text[a:b] for a, b in url_password_spans(text)]
     found += [unquote_plus(m.group(3)) for m in _QUERY.finditer(text) if is_secret_name(m.group(2))]
     pos = 0
     while True:
         m = _KV_NAME.search(text, pos)
         if not m:
             break
-        v = _KV_VALUE.match(text, m.end())
         pos = m.end()
-        if v and _name_hides(m.group(2), m.group(4)):
+        # the name first: matching the value of every "word:" would rescan the text's
+        # rest from each of them (quadratic in a long run of "a:b:c:...")
+        if not _name_hides(m.group(2), m.group(4)):
+            continue
+        v = _KV_VALUE.match(text, m.end())
+        if v:
             found.append(v.group(0).strip("\"'"))
             pos = v.end()
     return [f for f in found if f]
@@ -150,16 +294,18 @@ def register_argv(argv: Sequence[str], environ: Mapping[str, str] | None = None)
             continue
         for s in secrets_in_text(value):
             register(s)
+        register(url_password(value))
         if _kind == "extra":
             register_mapping(_parse_extra(value))
         elif _kind == "secret-option":
             register(value)
     for k, v in (environ or {}).items():
-        if is_secret_name(k) and not _KEY_LOCATION.search(k) and not k.endswith("_FILE"):
+        if is_secret_env(k, v):
             register(v)
         if "://" in v:
             for s in secrets_in_text(v):
                 register(s)
+            register(url_password(v))
 
 
 # ------------------------------------------------------------------------------ text
@@ -177,7 +323,7 @@ def redact_known(text: str) -> str:
         if value in text:
             text = text.replace(value, MASK)
     text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    text = mask_spans(text, url_password_spans(text))
     return _QUERY.sub(
         lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if is_secret_name(m.group(2))
         else m.group(0), text)
@@ -195,9 +341,8 @@ def redact_text(text: str) -> str:
         m = _KV_NAME.search(text, pos)
         if not m:
             break
-        v = _KV_VALUE.match(text, m.end())
-        if v and not v.group(0).startswith((MASK, REDACTED)) \
-                and _name_hides(m.group(2), m.group(4)):
+        v = _KV_VALUE.match(text, m.end()) if _name_hides(m.group(2), m.group(4)) else None
+        if v and not v.group(0).startswith((MASK, REDACTED)):
             out.append(text[pos:m.end()] + MASK)
             pos = v.end()
         else:
@@ -209,7 +354,7 @@ def redact_text(text: str) -> str:
 
 def display_url(url_or_path: str) -> str:
     """A ledger path or URL fit to print: the password and ``password=`` masked."""
-    return redact_text(str(url_or_path))
+    return redact_text(mask_url_password(str(url_or_path)))
 
 
 # ------------------------------------------------------------------------------ argv
@@ -316,7 +461,10 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 out.append(arg)
                 pending = "secret-option"
             continue
-        out.append(redact_text(arg))
+        if eq and "://" in val:
+            out.append(f"{opt}={redact_text(mask_url_password(val))}")
+            continue
+        out.append(redact_text(mask_url_password(arg)))
     return out
 
 
@@ -328,8 +476,10 @@ def redact_mapping(doc: Any) -> Any:
     if isinstance(doc, Mapping):
         out: dict[Any, Any] = {}
         for k, v in doc.items():
-            if is_secret_name(str(k)) and isinstance(v, (str, Mapping, list)) and v:
-                out[k] = REDACTED  # numbers and flags ("pass": 3) are counts, not secrets
+            if is_secret_name(str(k)) and isinstance(v, (str, Mapping, list)) and v \
+                    and not (isinstance(v, str) and v.strip().lower() in _NOT_SECRET_VALUES):
+                # numbers and flags ("pass": 3, "..._token": "false") are not secrets
+                out[k] = REDACTED
             elif str(k) in ("extra_var", "extra_vars", "extravars") and isinstance(v, list):
                 out[k] = [_redact_extra(x) if isinstance(x, str) else redact_mapping(x)
                           for x in v]
@@ -343,7 +493,23 @@ def redact_mapping(doc: Any) -> Any:
     if isinstance(doc, tuple):
         return tuple(redact_mapping(x) for x in doc)
     if isinstance(doc, str):
-        return redact_text(doc)
+        return redact_text(mask_url_password(doc))
+    return doc
+
+
+def redact_document(doc: Any) -> Any:
+    """A copy of a report document with every string (keys too) through :func:`redact_known`:
+    secrets are masked in the data, before it is serialized, so JSON, XML and HTML keep their
+    structure and their booleans and numbers whatever was registered."""
+    if isinstance(doc, Mapping):
+        return {(redact_known(k) if isinstance(k, str) else k): redact_document(v)
+                for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [redact_document(x) for x in doc]
+    if isinstance(doc, tuple):
+        return tuple(redact_document(x) for x in doc)
+    if isinstance(doc, str):
+        return redact_known(doc)
     return doc
 
 
@@ -352,8 +518,13 @@ __all__ = [
     "REDACTED",
     "display_url",
     "forget_all",
+    "is_secret_env",
     "is_secret_name",
+    "looks_secret",
+    "mask_spans",
+    "mask_url_password",
     "redact_argv",
+    "redact_document",
     "redact_known",
     "redact_mapping",
     "redact_text",
@@ -361,4 +532,6 @@ __all__ = [
     "register_argv",
     "register_mapping",
     "registered",
+    "url_password",
+    "url_password_spans",
 ]

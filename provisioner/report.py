@@ -21,7 +21,7 @@ from typing import Any, TextIO
 # The documents, JSON and JUnit live in provisioner.reports (one module for every format of
 # verify and rollout); these names stay importable from here.
 from provisioner.reports import to_json
-from provisioner.reports.files import atomic_write
+from provisioner.reports.files import atomic_write, safe_document
 from provisioner.reports.junit import verify_junit as to_junit
 from provisioner.reports.model import (
     RESULT_COMPLIANT,
@@ -34,14 +34,15 @@ from provisioner.reports.model import (
     node_result,
     summarize,
 )
+from provisioner.sanitize import printable
 
 
 def write_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
-    atomic_write(path, to_json(doc))
+    atomic_write(path, to_json(safe_document(doc)))
 
 
 def write_junit(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
-    atomic_write(path, to_junit(doc))
+    atomic_write(path, to_junit(safe_document(doc)))
 
 
 # --------------------------------------------------------------------------- terminal
@@ -62,14 +63,14 @@ def node_rows(doc: Mapping[str, Any]) -> list[list[str]]:
         note = ", ".join(bad) + (f" (warn: {', '.join(warn)})" if warn else "")
         if not n.get("reachable"):
             note = str(n.get("error") or "")
-        rows.append([
+        rows.append([printable(cell) for cell in (
             str(n.get("name")),
             node_result(n),
             str(n.get("route") or "-"),
             str(io.get("path_taken") or "-"),
             f"{_gbps(io.get('write_gbps'))}/{_gbps(io.get('read_gbps'))}",
             note.strip(),
-        ])
+        )])
     return rows
 
 
@@ -81,6 +82,8 @@ def render(doc: Mapping[str, Any], stream: TextIO | None = None, *, details: boo
     """Print the report: a row per node, then what failed on each node and how to fix it.
 
     Rich when ``stream`` is a terminal (or ``color`` is True), plain aligned text otherwise.
+    Node text is shown with its control characters escaped and never read as Rich markup
+    (provisioner.sanitize).
     """
     stream = stream or sys.stdout
     tty = stream.isatty() if color is None else color
@@ -101,7 +104,7 @@ def _detail_lines(n: Mapping[str, Any], details: bool) -> list[tuple[str, str]]:
         exp, obs = c.get("expected"), c.get("observed")
         if st in ("fail", "warn") and (exp or obs):
             line += f" [expected {exp!s}; observed {obs!s}]"
-        out.append((st, line))
+        out.append((st, printable(line)))
     return out
 
 
@@ -121,7 +124,7 @@ def _render_plain(doc: Mapping[str, Any], stream: TextIO, details: bool) -> None
     for n in doc.get("nodes") or []:
         lines = _detail_lines(n, details)
         if lines:
-            stream.write(f"\n{n.get('name')}:\n")
+            stream.write(f"\n{printable(n.get('name'))}:\n")
             for _, line in lines:
                 stream.write(f"  {line}\n")
     stream.write("\n" + summary_line(doc) + "\n")
@@ -132,23 +135,25 @@ def _render_rich(doc: Mapping[str, Any], stream: TextIO, details: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=stream, force_terminal=True, highlight=False)
+    console = Console(file=stream, force_terminal=True, highlight=False, markup=False,
+                      emoji=False)
     styles = {RESULT_COMPLIANT: "bold green", RESULT_NOT_COMPLIANT: "bold red",
               RESULT_UNREACHABLE: "bold yellow", RESULT_ERROR: "bold magenta"}
     table = Table(title=f"gdsfleet verify - run {doc.get('run_id')}", title_justify="left")
     for h in HEADERS:
         table.add_column(h, overflow="fold")
-    for r in node_rows(doc):
-        table.add_row(r[0], Text(r[1], style=styles.get(r[1], "")), *r[2:])
+    for r in node_rows(doc):  # Text: node text is never read as markup ("[/x]")
+        table.add_row(Text(r[0]), Text(r[1], style=styles.get(r[1], "")),
+                      *(Text(c) for c in r[2:]))
     console.print(table)
     sty = {"fail": "red", "warn": "yellow", "pass": "green", "skip": "dim"}
     for n in doc.get("nodes") or []:
         lines = _detail_lines(n, details)
         if lines:
-            console.print(Text(f"{n.get('name')}:", style="bold"))
+            console.print(Text(f"{printable(n.get('name'))}:", style="bold"))
             for st, line in lines:
                 console.print(Text("  " + line, style=sty.get(st, "")))
-    console.print(summary_line(doc))
+    console.print(Text(summary_line(doc)))
 
 
 def summary_line(doc: Mapping[str, Any]) -> str:

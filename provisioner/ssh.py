@@ -53,8 +53,9 @@ from typing import Any, TypeVar
 
 import paramiko
 
-from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
+from provisioner.errors import CommandTimeout, ConnectError, HostKeyError, OutputTooLarge
 from provisioner.inventory import Node
+from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, human_bytes, printable
 from provisioner.verify.model import CommandResult
 
 T = TypeVar("T")
@@ -122,23 +123,35 @@ class Target:
 
 
 # --------------------------------------------------------------------------- redaction
-_PEM = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.S
-)
+# Every pattern here runs over text a node or a port chose (SSH banners, error messages): each
+# is anchored by a literal or a word boundary and never backtracks over more than one run, and
+# URL credentials are found by provisioner.redact's linear scan. The text is also cut to
+# MAX_ERROR_CHARS first: a message is one line for a person, not the node's whole answer.
+MAX_ERROR_CHARS = 2000
 _KV_SECRET = re.compile(
     r"(?i)\b(password|passwd|passphrase|pass|secret|token|ansible_ssh_pass|ansible_password)"
-    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;]+)"
+    r"([ \t]{0,64}[=:][ \t]{0,64})(\"[^\"\n]{0,4096}\"|'[^'\n]{0,4096}'|[^\s,;]+)"
 )
-_URL_CRED = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+):[^@\s/]+@")
+_URL_CRED_USER_STOP = re.compile(r"[/\s:@]")
+_URL_CRED_PW_STOP = re.compile(r"[@\s/]")
+
+
+def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters cut]"
 
 
 def redact(text: str) -> str:
-    """Remove private key material, passwords and URL credentials from a message."""
-    from provisioner.redact import redact_text
+    """Remove private key material, passwords and URL credentials from a message (linear in
+    its length, whatever the text)."""
+    from provisioner.redact import mask_spans, redact_text, url_password_spans
 
-    text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
+    text = redact_text(text)  # private keys, registered values, URL userinfo, name=value
     text = _KV_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
-    return redact_text(_URL_CRED.sub(r"\1:***@", text))
+    return mask_spans(text, url_password_spans(
+        text, user_stop=_URL_CRED_USER_STOP, pw_stop=_URL_CRED_PW_STOP, min_user=1))
 
 
 # --------------------------------------------------------------------------- host keys
@@ -786,8 +799,10 @@ def describe_error(node_name: str, target: Target, exc: BaseException) -> Connec
     elif isinstance(exc, OSError) and exc.strerror:
         msg = f"{where}: {exc.strerror}"
     else:
-        msg = f"{where}: {type(exc).__name__}: {exc}"
-    return ConnectError(redact(msg), transient=transient)
+        # the text may be the server's (paramiko quotes a bad banner line whole): one
+        # bounded, printable line
+        msg = f"{where}: {type(exc).__name__}: {clip(str(exc))}"
+    return ConnectError(printable(redact(clip(msg, 2 * MAX_ERROR_CHARS))), transient=transient)
 
 
 def with_retries(
@@ -889,6 +904,14 @@ class SSHRunner:
                     f"a proxy or firewall holding the connection, or an overloaded sshd)",
                     transient=True,
                 )
+            elif _is_handshake_timeout(exc):
+                # paramiko gave up waiting for the key exchange: the server sent something,
+                # not SSH (a banner that never ends, another protocol); not retried
+                err = ConnectError(
+                    f"{self.node.name} ({self.target.describe()}): no SSH handshake within "
+                    f"{self.settings.banner_timeout + self.settings.connect_timeout:g}s: the "
+                    f"port answers but does not speak SSH (a wrong ansible_port, another "
+                    f"service, or a server that never ends its banner)")
             raise err from None
 
     def _missing_inventory_key(self) -> str | None:
@@ -983,10 +1006,22 @@ class SSHRunner:
             chan = transport.open_session(timeout=self.settings.channel_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ConnectError(
-                redact(f"{self.node.name}: cannot open a session: {exc}"), transient=True
+                printable(redact(clip(f"{self.node.name}: cannot open a session: {exc}"))),
+                transient=True,
             ) from exc
         out: list[bytes] = []
         err: list[bytes] = []
+        sizes = {"stdout": 0, "stderr": 0}
+
+        def take(what: str, chunk: bytes, into: list[bytes], limit: int) -> None:
+            into.append(chunk)
+            sizes[what] += len(chunk)
+            if sizes[what] > limit:  # the channel is closed below: the command gets SIGHUP
+                raise OutputTooLarge(
+                    f"{self.node.name}: output too large: the command wrote more than "
+                    f"{human_bytes(limit)} to {what} (the limit of what the controller reads "
+                    f"from a node); it was stopped: {_short_cmd(command)}")
+
         try:
             chan.settimeout(self.settings.channel_timeout)
             chan.exec_command(full)
@@ -1007,10 +1042,10 @@ class SSHRunner:
             while True:
                 got = False
                 while chan.recv_ready():
-                    out.append(chan.recv(65536))
+                    take("stdout", chan.recv(65536), out, MAX_STDOUT_BYTES)
                     got = True
                 while chan.recv_stderr_ready():
-                    err.append(chan.recv_stderr(65536))
+                    take("stderr", chan.recv_stderr(65536), err, MAX_STDERR_BYTES)
                     got = True
                 if got:
                     continue
@@ -1036,7 +1071,8 @@ class SSHRunner:
             status = chan.recv_exit_status() if chan.exit_status_ready() else -1
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ConnectError(
-                redact(f"{self.node.name}: connection lost while running a command: {exc}"),
+                printable(redact(clip(
+                    f"{self.node.name}: connection lost while running a command: {exc}"))),
                 transient=False,
             ) from exc
         finally:
@@ -1047,6 +1083,10 @@ class SSHRunner:
             stderr=b"".join(err).decode("utf-8", "replace"),
             duration_s=time.monotonic() - t0,
         )
+
+
+def _is_handshake_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, paramiko.SSHException) and str(exc) == "No existing session"
 
 
 def _is_banner_error(exc: BaseException) -> bool:

@@ -10,6 +10,7 @@ from provisioner.commands.status import add_ledger_arguments
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.report import node_result
+from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, resolve_ledger
 
 HELP = "compliance history of one node"
@@ -40,22 +41,27 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.OK)
     out = sys.stdout
     if not records:
-        out.write(f"no verifications of {args.node!r} in {display_url(location)}\n")
+        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}")
+                  + "\n")
         return int(Exit.USAGE)
     headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING CHECKS / ERROR"]
     rows = []
     for r in records:
         note = ", ".join(r["failing"]) if r["reachable"] else str(r["error"] or "")
-        rows.append([r["at"][:19].replace("T", " "), r["run_id"], node_result(r),
-                     str(r["route"] or "-"), str(r["path_taken"] or "-"), note])
+        # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
+        rows.append([printable(c) for c in (
+            str(r["at"])[:19].replace("T", " "), str(r["run_id"]), node_result(r),
+            str(r["route"] or "-"), str(r["path_taken"] or "-"), note)])
     widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(headers)]
-    out.write(f"{args.node} ({len(rows)} newest of the ledger {display_url(location)})\n")
+    out.write(printable(f"{args.node} ({len(rows)} newest of the ledger "
+                        f"{display_url(location)})") + "\n")
     for cells in [headers, *rows]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")
     if args.checks:
         for r in records:
-            out.write(f"\n{r['at']} (run {r['run_id']}):\n")
+            out.write(printable(f"\n{r['at']} (run {r['run_id']}):", multiline=True) + "\n")
             for c in r["checks"]:
-                out.write(f"  {c['status'].upper():4} {c['id']}: {c['message'] or ''}\n")
+                out.write(printable(f"  {str(c['status']).upper():4} {c['id']}: "
+                                    f"{c['message'] or ''}") + "\n")
     return int(Exit.OK)

@@ -105,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
     doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
     if args.json:
-        from provisioner.redact import redact_known
+        from provisioner.redact import redact_document
         from provisioner.reports.files import write_output
 
-        text = redact_known(json.dumps(doc, indent=2) + "\n")
+        # masked in the data, never in the JSON text (a registered "false" broke the JSON)
+        text = json.dumps(redact_document(doc), indent=2) + "\n"
         if args.json == "-":
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)

@@ -67,15 +67,16 @@ def run(args: argparse.Namespace) -> int:
 def _print(doc: dict[str, Any]) -> None:
     from provisioner.report import render
     from provisioner.reports.model import node_view, summarize
+    from provisioner.sanitize import printable
 
     if doc["kind"] == "verify":
         render(doc, sys.stdout)
         return
     nodes = node_view(doc)
     view = {"run_id": doc["run_id"], "nodes": nodes, "summary": summarize(nodes)}
-    sys.stdout.write(f"rollout {doc['run_id']}: {doc.get('status')}\n")
-    for n in doc.get("nodes") or []:
-        sys.stdout.write(f"  wave {n.get('wave')}  {n.get('name')}: {n.get('step')}"
-                         + (f" ({n['reason']})" if n.get("reason") else "") + "\n")
+    sys.stdout.write(printable(f"rollout {doc['run_id']}: {doc.get('status')}") + "\n")
+    for n in doc.get("nodes") or []:  # node text from the ledger: shown escaped
+        sys.stdout.write(printable(f"  wave {n.get('wave')}  {n.get('name')}: {n.get('step')}"
+                                   + (f" ({n['reason']})" if n.get("reason") else "")) + "\n")
     sys.stdout.write("\n")
     render(view, sys.stdout)

@@ -15,6 +15,7 @@ from typing import Any
 from provisioner.exitcodes import Exit
 from provisioner.report import node_result
 from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT
+from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, resolve_ledger
 from provisioner.verify import proof
 from provisioner.verify.model import IoTestResult
@@ -106,19 +107,25 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
             note = f"{note}; {r['proof_refused']}" if note else str(r["proof_refused"])
         if r["result"] == "UNREACHABLE" and not r["drift"]:
             note = str(r["error"] or "")
-        table.append(["!" if r["drift"] else " ", r["node"], r["result"], str(r["route"] or "-"),
-                      str(r["path_taken"] or "-"), r["at"][:19].replace("T", " "), note])
+        # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
+        table.append([printable(c) for c in (
+            "!" if r["drift"] else " ", str(r["node"]), r["result"], str(r["route"] or "-"),
+            str(r["path_taken"] or "-"), str(r["at"])[:19].replace("T", " "), note)])
     if out.isatty():
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        t = Table(title=f"ledger {display_url(location)}  (! = drift)", title_justify="left")
+        t = Table(title=Text(printable(f"ledger {display_url(location)}  (! = drift)")),
+                  title_justify="left")
         for h in headers:
             t.add_column(h, overflow="fold")
         style = {"COMPLIANT": "green", "NOT COMPLIANT": "red", "UNREACHABLE": "yellow"}
         for cells in table:
-            t.add_row(*cells, style="bold" if cells[0] == "!" else style.get(cells[2], ""))
-        Console(file=out).print(t)
+            # Text: never read as Rich markup ("[/x]" in a node's error)
+            t.add_row(*(Text(c) for c in cells),
+                      style="bold" if cells[0] == "!" else style.get(cells[2], ""))
+        Console(file=out, markup=False, emoji=False, highlight=False).print(t)
         return
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
     for cells in [headers, *table]:

@@ -20,6 +20,7 @@ from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
+from provisioner.redact import redact_text
 from provisioner.report import (
     RESULT_COMPLIANT,
     build_report,
@@ -29,6 +30,7 @@ from provisioner.report import (
     write_json,
     write_junit,
 )
+from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, fleet_id, new_run_id, resolve_ledger, utcnow
 
 HELP = "prove node by node that GPUDirect Storage takes the direct path"
@@ -237,13 +239,22 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any, *,
         from provisioner.debuglog import one_line, write_traceback
 
         where = write_traceback(f"provisioner verify: internal error on {name}", exc)
-        sys.stderr.write(f"provisioner verify: internal error on {name} (a bug, please report "
-                         f"it): {one_line(exc)}; traceback in {where or 'no file (unwritable)'}\n")
-        return _unreachable(name, started, t0, f"internal error: {exc!r}", internal=True)
+        # the exception's text may quote node output or a secret: redacted, one printable line
+        sys.stderr.write(printable(redact_text(
+            f"provisioner verify: internal error on {name} (a bug, please report it): "
+            f"{one_line(exc)}; traceback in {where or 'no file (unwritable)'}")) + "\n")
+        return _unreachable(name, started, t0, _internal_error(exc), internal=True)
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
+
+
+def _internal_error(exc: BaseException | None) -> str:
+    """The ledger's and report's record of an internal error: redacted and bounded."""
+    from provisioner.sanitize import clip
+
+    return redact_text(clip(f"internal error: {exc!r}", 4000))
 
 
 def _truthy(value: Any) -> bool:
@@ -320,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal done
         done += 1
         doc = res.value if res.value is not None else _unreachable(
-            res.name, started_at, time.monotonic(), f"internal error: {res.error!r}",
+            res.name, started_at, time.monotonic(), _internal_error(res.error),
             internal=True)
         reports[res.name] = doc
         if ledger is not None:
@@ -335,12 +346,13 @@ def run(args: argparse.Namespace) -> int:
             if word != RESULT_COMPLIANT:
                 fails = [c["id"] for c in doc.get("checks") or [] if c.get("status") == "fail"]
                 why = f" ({', '.join(fails) or doc.get('error') or ''})"
-            sys.stderr.write(f"[{done}/{len(items)}] {res.name}: {word}{why}\n")
+            # node text (an error quoting a banner) is shown escaped, on one line
+            sys.stderr.write(printable(f"[{done}/{len(items)}] {res.name}: {word}{why}") + "\n")
             sys.stderr.flush()
         feat = doc.get("nfd")
         if isinstance(feat, dict) and not feat.get("written"):  # even with -q: never silent
-            sys.stderr.write(f"{res.name}: NFD feature file {feat.get('path')} NOT written: "
-                             f"{feat.get('error')}\n")
+            sys.stderr.write(printable(f"{res.name}: NFD feature file {feat.get('path')} NOT "
+                                       f"written: {feat.get('error')}") + "\n")
 
     status = "interrupted"
     try:

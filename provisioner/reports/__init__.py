@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from provisioner.reports.files import atomic_write, umask_mode
+from provisioner.reports.files import atomic_write, safe_document, umask_mode
 
 
 def to_json(doc: Mapping[str, Any]) -> str:
@@ -29,7 +29,7 @@ def write_prom_textfile(directory: str | os.PathLike[str], doc: Mapping[str, Any
     from provisioner.reports.prom import FILENAME, to_prometheus
 
     target = Path(directory).expanduser() / FILENAME
-    atomic_write(target, to_prometheus(doc, now=time.time() if now is None else now),
+    atomic_write(target, to_prometheus(safe_document(doc), now=time.time() if now is None else now),
                  mode=umask_mode())
     return target
 
@@ -37,7 +37,9 @@ def write_prom_textfile(directory: str | os.PathLike[str], doc: Mapping[str, Any
 def write_reports(doc: Mapping[str, Any], *, json_path: str | None = None,
                   junit: str | None = None, html: str | None = None,
                   prom_dir: str | None = None) -> None:
-    """Write each format asked for (``json_path`` may be ``-``: stdout)."""
+    """Write each format asked for (``json_path`` may be ``-``: stdout); secrets are masked
+    in the document first, never in the serialized text."""
+    doc = safe_document(doc)
     if json_path:
         atomic_write(json_path, to_json(doc))
     if junit:
@@ -49,7 +51,7 @@ def write_reports(doc: Mapping[str, Any], *, json_path: str | None = None,
 
         atomic_write(html, to_html(doc))
     if prom_dir:
-        write_prom_textfile(prom_dir, doc)
+        write_prom_textfile(prom_dir, doc)  # safe_document again: idempotent
 
 
 __all__ = ["atomic_write", "to_json", "write_prom_textfile", "write_reports"]

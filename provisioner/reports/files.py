@@ -15,8 +15,11 @@ files are refused (``provisioner.fsutil.write_atomic``). A path refused that way
 error (exit 64); a write that fails (a full disk, a read-only mount) exits 74 with one line
 saying what to do (:class:`ReportWriteError`).
 
-Whatever is written passes through ``provisioner.redact.redact_known`` first: a secret given to
-this process (extra vars, a ledger URL's password) never reaches a report.
+Secrets are masked in the document before it is serialized (:func:`safe_document`, called by
+every writer of provisioner.reports): a secret given to this process (extra vars, a ledger
+URL's password) never reaches a report, and the text is never rewritten after serializing (a
+registered value replaced inside JSON once turned ``"compliant": false`` into
+``"compliant": ***``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from provisioner.errors import ProvisionerError, UsageError
 
@@ -63,11 +68,17 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
     return mode & ~mask
 
 
-def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
-    """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout."""
-    from provisioner.redact import redact_known
+def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with every secret masked in its strings (provisioner.redact.redact_document)."""
+    from provisioner.redact import redact_document
 
-    data = redact_known(data)
+    return dict(redact_document(doc))
+
+
+def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:
+    """Write ``data`` to ``path`` through a temp file + fsync + rename; ``-`` is stdout.
+    ``data`` comes from a document already through :func:`safe_document`."""
+
     if str(path) == "-":
         sys.stdout.write(data)
         sys.stdout.flush()
@@ -75,5 +86,5 @@ def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE
     write_output(path, data, mode=mode)
 
 
-__all__ = ["PRIVATE", "WORLD_READABLE", "ReportWriteError", "atomic_write", "umask_mode",
-           "write_output"]
+__all__ = ["PRIVATE", "WORLD_READABLE", "ReportWriteError", "atomic_write", "safe_document",
+           "umask_mode", "write_output"]

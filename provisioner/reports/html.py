@@ -131,7 +131,11 @@ def to_html(doc: Mapping[str, Any]) -> str:
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = lambda v, fmt="%.2f": (fmt % v) if isinstance(v, int | float) else "-"
     template = env.from_string(source.read_text(encoding="utf-8"))
-    return template.render(**context(doc))
+    # autoescape handles <, >, &; control characters (ESC sequences, NUL) from a node are
+    # shown escaped too (provisioner.sanitize)
+    from provisioner.sanitize import printable_document
+
+    return template.render(**context(printable_document(doc, multiline=True)))
 
 
 __all__ = ["chart", "context", "to_html"]

@@ -23,7 +23,17 @@ def to_junit(doc: Mapping[str, Any]) -> str:
     return verify_junit(doc)
 
 
+def _xml_safe(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Every string of ``doc`` fit for XML 1.0: control characters (ESC, NUL...), lone
+    surrogates and U+FFFE/U+FFFF shown escaped (provisioner.sanitize), so the file parses
+    whatever a node answered."""
+    from provisioner.sanitize import printable_document
+
+    return dict(printable_document(doc, multiline=True))
+
+
 def verify_junit(doc: Mapping[str, Any]) -> str:
+    doc = _xml_safe(doc)
     nodes = list(doc.get("nodes") or [])
     root = ET.Element("testsuites", name="gdsfleet verify", tests="0", failures="0",
                       errors="0", skipped="0")
@@ -81,6 +91,7 @@ def _label(index: Any) -> str:
 
 
 def rollout_junit(doc: Mapping[str, Any]) -> str:
+    doc = _xml_safe(doc)
     suites = ET.Element("testsuites", name=f"gdsfleet rollout {doc.get('run_id')}")
     by_wave: dict[Any, list[Mapping[str, Any]]] = {}
     for n in doc.get("nodes") or []:

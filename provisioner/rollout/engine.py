@@ -105,6 +105,19 @@ class LedgerLike(Protocol):
     def latest(self) -> list[dict[str, Any]]: ...
 
 
+
+def _clean_step(detail: Mapping[str, Any] | None, message: str) -> tuple[dict[str, Any], str]:
+    """A step's detail and message as the ledger and the terminal get them: playbook failure
+    text (a task's msg, stderr) redacted (provisioner.redact) and its control characters shown
+    escaped (provisioner.sanitize), so a node's answer neither leaks a secret nor drives the
+    operator's terminal."""
+    from provisioner.redact import redact_mapping, redact_text
+    from provisioner.sanitize import printable, printable_document
+
+    clean = printable_document(redact_mapping(dict(detail or {})), multiline=True)
+    return dict(clean), printable(redact_text(message), multiline=True)
+
+
 class Observer(Protocol):
     """Progress display hooks (see provisioner.rollout.progress)."""
 
@@ -405,6 +418,7 @@ class Engine:
     # ------------------------------------------------------------------ helpers
     def _step(self, name: str, step: str, wave: int, detail: Mapping[str, Any] | None = None,
               message: str = "", failure: str | None = None) -> None:
+        detail, message = _clean_step(detail, message)
         with self._lock:
             self._writer.flush()  # results queued for this node land before its next step
             self.ledger.set_step(self.run_id, name, step, wave=wave,
@@ -420,6 +434,7 @@ class Engine:
                 detail: Mapping[str, Any] | None = None, message: str = "",
                 failure: str | None = None) -> None:
         name = str(report.get("name"))
+        detail, message = _clean_step(detail, message)
         with self._lock:
             # group commit: the verification and the step it decides go in one transaction
             self._writer.add(report, step, wave, {**dict(detail or {}), "failure": failure})

@@ -25,6 +25,7 @@ from provisioner.rollout.engine import (
     WaveSummary,
 )
 from provisioner.rollout.planner import Plan, Wave
+from provisioner.sanitize import printable
 
 _STYLE = {
     "pending": "dim",
@@ -53,7 +54,7 @@ class PlainObserver:
 
     def _print(self, text: str) -> None:
         with self._lock:
-            self.out.write(text + "\n")
+            self.out.write(printable(text) + "\n")  # node text: control characters escaped
             self.out.flush()
 
     def plan(self, plan: Plan, *, run_id: str, resumed: bool, done: Mapping[str, str]) -> None:
@@ -95,6 +96,14 @@ class PlainObserver:
         pass
 
 
+def _lit(text: Any) -> str:
+    """Text from a node or a playbook inside Rich markup: control characters escaped and
+    ``[...]`` taken literally (a failure text holding ``[/x]`` crashed the view)."""
+    from rich.markup import escape
+
+    return escape(printable(str(text)))
+
+
 class LiveObserver:
     """rich live view: overall bar, wave bar and per-node states (a terminal only)."""
 
@@ -127,7 +136,8 @@ class LiveObserver:
         table.add_column("detail", overflow="fold")
         for name in self.wave_nodes[-40:]:
             step, msg = self.states.get(name, ("pending", ""))
-            table.add_row(name, f"[{_STYLE.get(step, '')}]{step}[/]", msg[:100])
+            table.add_row(_lit(name), f"[{_STYLE.get(step, '')}]{_lit(step)}[/]",
+                          _lit(msg[:100]))
         return Group(self.progress, table)
 
     def _refresh(self) -> None:
@@ -138,7 +148,7 @@ class LiveObserver:
             self.progress.update(self.overall, total=len(plan), completed=len(done),
                                  description=f"rollout {run_id}")
             if resumed:
-                self.console.print(f"resuming rollout {run_id}: {len(done)} node(s) finished")
+                self.console.print(f"resuming rollout {_lit(run_id)}: {len(done)} node(s) finished")
             self._refresh()
 
     def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:
@@ -161,19 +171,20 @@ class LiveObserver:
 
     def gate(self, name: str, ok: bool, message: str) -> None:
         with self._lock:
-            self.console.print(f"gate {name}: {'[green]pass' if ok else '[red]FAIL'}[/] {message}")
+            self.console.print(f"gate {_lit(name)}: {'[green]pass' if ok else '[red]FAIL'}[/] "
+                               f"{_lit(message)}")
 
     def wave_end(self, wave: Wave, summary: WaveSummary) -> None:
         with self._lock:
             verdict = "[green]passed[/]" if summary.passed else "[red]STOPPED[/]"
             self.console.print(
-                f"{wave.label}: {summary.compliant} compliant, {summary.failures} failure(s) "
+                f"{_lit(wave.label)}: {summary.compliant} compliant, {summary.failures} failure(s) "
                 f"(allowed {summary.allowed_failures}) {verdict}"
             )
 
     def message(self, text: str) -> None:
         with self._lock:
-            self.console.print(text)
+            self.console.print(_lit(text))
 
     def close(self) -> None:
         self.live.stop()
@@ -196,18 +207,18 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None) -> None:
     from rich.table import Table
 
     console = Console(file=stream or sys.stderr, width=140 if stream is None else 140)
-    table = Table(title=f"rollout {result.run_id}: {result.status}", show_lines=False)
+    table = Table(title=_lit(f"rollout {result.run_id}: {result.status}"), show_lines=False)
     for col in ("node", "wave", "action", "step", "detail"):
         table.add_column(col, overflow="fold")
     for n in result.nodes.values():
         wave = "canary" if n.wave == 0 else str(n.wave)
         detail = n.reason + (" (finished earlier)" if n.carried_over else "")
-        table.add_row(n.name, wave, n.action, f"[{_STYLE.get(n.step, '')}]{n.step}[/]",
-                      detail[:160])
+        table.add_row(_lit(n.name), wave, _lit(str(n.action)),
+                      f"[{_STYLE.get(n.step, '')}]{_lit(n.step)}[/]", _lit(detail[:160]))
     console.print(table)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items()))
-    console.print(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
-                  f"exit {int(result.exit_code)}")
+    console.print(_lit(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
+                       f"exit {int(result.exit_code)}"))
 
 
 def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:

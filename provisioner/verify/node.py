@@ -11,6 +11,7 @@ from typing import Any
 
 from provisioner.errors import ConnectError
 from provisioner.remote import load_script
+from provisioner.sanitize import MAX_ITEM_CHARS, clip, human_bytes
 from provisioner.verify import checks as checks_mod
 from provisioner.verify import gdsio as gdsio_mod
 from provisioner.verify import iotest
@@ -67,6 +68,30 @@ def _parse_gather(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+def _bounded_items(doc: dict[str, Any]) -> dict[str, Any]:
+    """The gather document with every item larger than ``MAX_ITEM_CHARS`` (twice what the
+    gather script itself keeps) replaced by a failed item that says so: a node that answers
+    with one huge item gets that item's checks failed, and the controller never parses it."""
+    items = doc.get("items")
+    if not isinstance(items, dict):
+        return doc
+    bounded: dict[str, Any] = {}
+    for key, item in items.items():
+        if isinstance(item, dict):
+            size = sum(len(v) for v in item.values() if isinstance(v, str))
+            if size > MAX_ITEM_CHARS:
+                item = {"rc": None, "out": "",
+                        "err": f"output too large: {size} characters (the controller reads at "
+                               f"most {human_bytes(MAX_ITEM_CHARS)} of one item)"}
+        bounded[key] = item
+    return {**doc, "items": bounded}
+
+
+def _bounded_raw(raw: dict[str, str]) -> dict[str, str]:
+    """The raw texts kept in the report and the ledger, each at most ``MAX_RAW_CHARS``."""
+    return {k: clip(v) for k, v in raw.items() if v}
+
+
 def choose_io_path(facts: dict[str, Any], io: IoTestOptions, policy: Policy) -> str:
     """``io.path`` when given; else the policy's GDS mount when it is mounted; else the first
     NVMe-backed mount that is not a system mount; else the policy's GDS mount."""
@@ -106,9 +131,10 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
                 checks=[CheckResult("node.gather", FAIL, "gather report", "none",
                                     why + ". Install python3 (3.8+) on the node and retry.")],
                 io_test=IoTestResult(path_taken=PATH_SKIPPED, reason="no facts"),
-                raw={k: v for k, v in raw.items() if v},
+                raw=_bounded_raw(raw),
                 error=why, started_at=started_at, duration_s=time.monotonic() - t0,
             )
+        doc = _bounded_items(doc)
         raw.update(raw_outputs(doc))
         facts = build_facts(doc)
         route = checks_mod.determine_route(facts)
@@ -143,7 +169,7 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
             compliant = compliant and gdsio_check.status != FAIL
         return NodeReport(
             name=name, reachable=True, compliant=compliant, route=route, checks=check_list,
-            io_test=io_result, facts=facts, raw={k: v for k, v in raw.items() if v},
+            io_test=io_result, facts=facts, raw=_bounded_raw(raw),
             error=None, started_at=started_at, duration_s=time.monotonic() - t0,
             gdsio=gdsio_result,
         )
@@ -158,5 +184,6 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
                                 "The verification could not be evaluated (see raw.traceback); "
                                 "please report this with the raw outputs.")],
             io_test=IoTestResult(path_taken=PATH_FAILED, reason=detail),
-            raw=raw, error=detail, started_at=started_at, duration_s=time.monotonic() - t0,
+            raw=_bounded_raw(raw), error=detail, started_at=started_at,
+            duration_s=time.monotonic() - t0,
         )

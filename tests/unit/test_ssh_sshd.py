@@ -145,6 +145,23 @@ def test_large_output_on_both_streams_is_drained(lab: dict) -> None:
     assert len(res.stderr) == 3_000_000 and set(res.stderr) == {"b"}
 
 
+def test_output_over_the_cap_stops_the_command(lab: dict,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17, case 1: stdout beyond the cap (here lowered to 1 MiB) is "output too large"
+    naming the limit, at once, and the command is stopped (its channel closed); before, all of
+    it was read, however much the node sent."""
+    from provisioner.errors import OutputTooLarge
+
+    monkeypatch.setattr("provisioner.ssh.MAX_STDOUT_BYTES", 1024 * 1024)
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        t0 = time.monotonic()
+        with pytest.raises(OutputTooLarge, match="more than 1 MiB to stdout"):
+            r.run("while :; do head -c 1000000 /dev/zero; done", timeout=60)
+        assert time.monotonic() - t0 < 20
+        assert r.run("echo ok", timeout=10).stdout == "ok\n"  # the connection lives on
+
+
 def test_command_deadline(lab: dict) -> None:
     root, port, known = lab["root"], lab["port"], lab["known"]
     with SSHRunner(_node(port, root, known), _settings(root)) as r:

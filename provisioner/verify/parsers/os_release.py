@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+MAX_VALUE_CHARS = 4096
+
 
 def parse(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -12,6 +14,9 @@ def parse(text: str) -> dict[str, str]:
         if not line or line.startswith("#") or "=" not in line:
             continue
         key, _, value = line.partition("=")
+        # a real value is a short word; shlex takes quadratic time over a long one (a node
+        # answering one 1 MiB line held verify for minutes), so only its start is read
+        value = value[:MAX_VALUE_CHARS]
         try:
             parts = shlex.split(value)
             out[key.strip()] = parts[0] if parts else ""

@@ -1,0 +1,91 @@
+"""Node text made safe to show: control characters escaped, sizes bounded.
+
+Everything a node, an SSH port or an inventory says is hostile. Its raw bytes may be kept
+(the ledger, the JSON report, where JSON's own escaping makes them inert), but before any of
+it reaches a terminal, an XML or HTML file:
+
+* :func:`printable` escapes C0 controls (all but tab, and newline where the text may span
+  lines), DEL, C1 controls (ESC and CSI sequences can move the cursor, rewrite earlier lines,
+  set the window title or hide text), Unicode bidirectional overrides, line and paragraph
+  separators, lone surrogates and the code points XML 1.0 cannot hold. Each becomes a visible
+  ``\\xNN`` / ``\\uNNNN``, so an operator sees what was sent instead of what it would do.
+  A ``str.translate`` table: linear in the text, in C.
+* :func:`printable_document` does the same to every string (and key) of a report document.
+
+Rich markup (``[bold]``, ``[/x]``) in node text is never parsed: the terminal views print it
+through :class:`rich.text.Text`, which takes text literally.
+
+The limits on what the controller reads from a node are here too (see docs/security.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# What one remote command may write before the controller stops reading and calls the node's
+# answer "output too large" (the honest gather caps each item at 512 KiB on the node, and its
+# whole document stays in single megabytes).
+MAX_STDOUT_BYTES = 16 * 1024 * 1024
+MAX_STDERR_BYTES = 4 * 1024 * 1024
+# One item of the gather (the output of one node command) as the controller parses it:
+# twice the node-side cap of provisioner/remote/gather.py.
+MAX_ITEM_CHARS = 1024 * 1024
+# One raw text stored in a report and the ledger (report["raw"][item]).
+MAX_RAW_CHARS = 64 * 1024
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def _table(multiline: bool) -> dict[int, str]:
+    t: dict[int, str] = {}
+    for cp in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]:
+        t[cp] = f"\\x{cp:02x}"
+    del t[0x09]  # tab
+    if multiline:
+        del t[0x0A]
+    for cp in [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029,
+               0xFEFF, 0xFFFE, 0xFFFF, *range(0xD800, 0xE000)]:
+        t[cp] = f"\\u{cp:04x}"
+    return t
+
+
+_ONE_LINE = _table(multiline=False)
+_MULTI_LINE = _table(multiline=True)
+
+
+def printable(text: Any, *, multiline: bool = False) -> str:
+    """``text`` with every control character shown escaped (see the module docstring);
+    newlines too unless ``multiline``."""
+    s = text if isinstance(text, str) else str(text)
+    return s.translate(_MULTI_LINE if multiline else _ONE_LINE)
+
+
+def printable_document(doc: Any, *, multiline: bool = True) -> Any:
+    """A copy of a JSON-like document with every string and key through :func:`printable`."""
+    if isinstance(doc, Mapping):
+        return {(printable(k, multiline=multiline) if isinstance(k, str) else k):
+                printable_document(v, multiline=multiline) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [printable_document(x, multiline=multiline) for x in doc]
+    if isinstance(doc, str):
+        return printable(doc, multiline=multiline)
+    return doc
+
+
+def clip(text: str, limit: int = MAX_RAW_CHARS) -> str:
+    """``text`` cut to its last ``limit`` characters (the end of an output says most), with
+    a line naming what was cut and the limit."""
+    if len(text) <= limit:
+        return text
+    return (f"[gdsfleet: output too large: {len(text)} characters, the first "
+            f"{len(text) - limit} cut (limit {human_bytes(limit)})]\n" + text[-limit:])
+
+
+__all__ = ["MAX_ITEM_CHARS", "MAX_RAW_CHARS", "MAX_STDERR_BYTES", "MAX_STDOUT_BYTES", "clip",
+           "human_bytes", "printable", "printable_document"]

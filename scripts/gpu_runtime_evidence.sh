@@ -14,12 +14,18 @@
 #               greenlet (cp312 manylinux wheels)
 #   .devcarry/collections/ansible_collections/{ansible/posix,community/general}, and
 #   .devcarry/repack_installed.py (rebuilds wheels from installed distributions)
-# Environment: SRC_PYTHON (the environment holding kvikio-cu13, default /opt/torch/.venv/bin/python),
-# OUT (default /tmp/gdsfleet-runtime-evidence). Writes $OUT/runtime.tgz.
+#   .devcarry/extra-wheels/  wheels that environment lacks (the lent machine's has no kvikio):
+#               kvikio-cu13, libkvikio-cu13, rapids-logger, the cuda-toolkit 13.0.x metapackages
+# Environment: SRC_PYTHON (the environment holding cupy and the nvidia-* wheels, default
+# /opt/torch/.venv/bin/python), REPACK (what to rebuild from it), OUT (default
+# /tmp/gdsfleet-runtime-evidence). Writes $OUT/runtime.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gdsfleet-runtime-evidence}
 SRC_PYTHON=${SRC_PYTHON:-/opt/torch/.venv/bin/python}
+REPACK=${REPACK:-kvikio-cu13==26.10.0 cupy-cuda13x[ctk]==14.2.0 nvidia-cuda-runtime nvidia-cublas
+  nvidia-cufft nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cuda-nvrtc nvidia-nvjitlink
+  nvidia-cufile packaging}
 ev=$OUT/runtime
 wheels=/tmp/gdsfleet-wheels
 mkdir -p "$ev"
@@ -42,16 +48,22 @@ ansible-galaxy collection build --force --output-path /tmp/gdsfleet-build . >/de
   echo "ldconfig -p | grep libcufile.so.0:"; ldconfig -p | grep 'libcufile.so.0 ' || echo "  (none)"
   echo "wheel environment $SRC_PYTHON:"
   "$SRC_PYTHON" -c 'import importlib.metadata as m
-for n in ("kvikio-cu13","libkvikio-cu13","cupy-cuda13x","nvidia-cufile","cuda-pathfinder","numpy"):
+for n in ("kvikio-cu13","libkvikio-cu13","cupy-cuda13x","cuda-toolkit","nvidia-cufile","nvidia-cuda-runtime","cuda-pathfinder","numpy"):
     try: print("  ", n, m.version(n))
     except m.PackageNotFoundError: print("  ", n, "-")'
 } > "$ev/machine.txt" 2>&1
 
-echo "## $SRC_PYTHON repack_installed.py $wheels kvikio-cu13==26.10.0 cupy-cuda13x==14.2.0" > "$ev/wheels.txt"
+set -f; echo "## $SRC_PYTHON repack_installed.py $wheels" $REPACK > "$ev/wheels.txt"; set +f
 t0=$(date +%s)
-"$SRC_PYTHON" .devcarry/repack_installed.py "$wheels" kvikio-cu13==26.10.0 cupy-cuda13x==14.2.0 \
-  >> "$ev/wheels.txt" 2>&1
-echo "[exit $? after $(( $(date +%s) - t0 )) s]" >> "$ev/wheels.txt"
+set -f  # REPACK's extras ("[ctk]") are no globs
+# shellcheck disable=SC2086 # REPACK is a list of requirements
+"$SRC_PYTHON" .devcarry/repack_installed.py "$wheels" $REPACK >> "$ev/wheels.txt" 2>&1
+rc=$?; set +f
+echo "[exit $rc after $(( $(date +%s) - t0 )) s]" >> "$ev/wheels.txt"
+if [ -d .devcarry/extra-wheels ]; then
+  echo "## carried: $(cd .devcarry/extra-wheels && echo *.whl)" >> "$ev/wheels.txt"
+  cp .devcarry/extra-wheels/*.whl "$wheels"/
+fi
 (cd "$wheels" && ls -l --time-style=+ | awk 'NR>1 {print $5, $NF}') >> "$ev/wheels.txt"
 echo "total bytes: $(du -sb "$wheels" | cut -f1)" >> "$ev/wheels.txt"
 

@@ -122,6 +122,25 @@ for pref in true false; do
     > "$ev/iotest-prefer-host-$pref.json" 2> "$ev/iotest-prefer-host-$pref.stderr"
   echo "== iotest prefer_host=$pref: exit $? $(grep -o '"libcufile_mapped": \[[^]]*\]' "$ev/iotest-prefer-host-$pref.json" | head -n 1)"
 done
+# a wheel of another libcufile release beside the host's (cuda-toolkit 13.0.0 pins
+# nvidia-cufile 1.15.0.42): io.libcufile must fail and name the fix; then the folder's wheel
+# again, and the role once more (nothing to change: it pins kvikio and cupy only)
+if ls .devcarry/mismatch/*.whl >/dev/null 2>&1; then
+  {
+    echo "## venv/bin/python -m pip install --no-deps --no-index $(cd .devcarry/mismatch && echo *.whl)"
+    /opt/gdsfleet/venv/bin/python -m pip install -q --no-deps --no-index --disable-pip-version-check \
+      .devcarry/mismatch/*.whl 2>&1
+    echo "## provisioner verify --local --io-size 64M --io-path $iodir --details"
+    python3 -m provisioner.cli verify --local --io-size 64M --io-path "$iodir" --details \
+      --json "$ev/verify-mismatch.json" --ledger /tmp/gdsfleet-ledger.sqlite 2>&1
+    echo "[exit $?]"
+  } > "$ev/verify-mismatch.txt"
+  echo "== verify-mismatch: $(grep -E 'io.libcufile' "$ev/verify-mismatch.txt" | head -n 1 | cut -c1-200)"
+  /opt/gdsfleet/venv/bin/python -m pip install -q --no-deps --no-index --disable-pip-version-check \
+    --force-reinstall --find-links "$wheels" nvidia-cufile==1.15.1.6 > "$ev/restore-cufile.txt" 2>&1
+  echo "[exit $?]" >> "$ev/restore-cufile.txt"
+  run_play role-third
+fi
 rm -rf "$iodir"
 tar -C "$OUT" -czf "$OUT/runtime.tgz" runtime
 for f in "$ev"/*.txt; do echo "=== ${f##*/}"; grep -E "FAILED|fatal|msg|\[exit|PLAY RECAP|ok=|changed:" "$f" | cut -c1-300 | tail -n 14; done

@@ -102,7 +102,8 @@ run_play() {  # name args...: one ansible-playbook run, output, duration and exi
 run_play role-first
 run_play role-second
 cat /etc/ansible/facts.d/gdsfleet_verify_runtime.fact > "$ev/fact-file.json" 2>&1
-/opt/gdsfleet/venv/bin/python -m pip list --disable-pip-version-check > "$ev/venv-pip-list.txt" 2>&1
+env -u PYTHONPATH /opt/gdsfleet/venv/bin/python -m pip list --disable-pip-version-check \
+  > "$ev/venv-pip-list.txt" 2>&1
 # refusals, on the same node: nothing may change
 run_play refuse-missing-package -e '{"__verify_runtime_os_packages": {"Debian": ["python3-venv", "gdsfleet-no-such-package"], "RedHat": []}}'
 run_play refuse-python -e verify_runtime_python=/usr/bin/python3.10

@@ -201,3 +201,15 @@ def test_the_p2pdma_marker_is_documented_as_unconfirmed() -> None:
     doc = cufile_log.__doc__ or ""
     assert "unconfirmed" in doc and "p2p mode: 1 compat: 0" in doc
 
+
+
+def test_the_wheels_pin_follows_cuda_toolkit_so_releases_can_differ() -> None:
+    # tests/fixtures/iotest/libcufile/: PyPI wheel metadata (README.md names each source)
+    kvikio = (LIBDIR / "libkvikio_cu13-26.10.0.METADATA.txt").read_text()
+    assert "Requires-Dist: cuda-toolkit[cufile]==13.*" in kvikio and "nvidia-cufile" not in kvikio
+    pins = (LIBDIR / "cuda_toolkit-13.0.x.cufile-pins.txt").read_text()
+    releases = {m.split("==")[1].split(".*")[0] for m in pins.split() if "nvidia-cufile==" in m}
+    assert releases == {"1.15.0.42", "1.15.1.6"}
+    # the older pin beside a host libcufile 1.15.1 fails io.libcufile; the newer one passes
+    for wheel, status in (("1.15.0.42", "fail"), ("1.15.1.6", "pass")):
+        assert io_check(with_lib(nf.direct_p2pdma_io(), wheel=wheel)).status == status

@@ -221,3 +221,20 @@ def test_an_installed_package_never_reaches_the_package_module(tmp_path: Path) -
     for task in ("Install the OS packages venv needs",
                  "Update the APT cache before installing python3-venv"):
         assert "skipping: [localhost]" in status[task], status[task]
+
+
+def test_the_floor_matches_kvikios_own_requires_python(tmp_path: Path) -> None:
+    # tests/fixtures/verify_runtime/kvikio_requires_python.txt: rapidsai/kvikio's
+    # python/kvikio/pyproject.toml at each tag (README.md beside it)
+    fixture = ROOT / "tests" / "fixtures" / "verify_runtime" / "kvikio_requires_python.txt"
+    for line in fixture.read_text().splitlines():
+        tag, _commit, spec = line.split()
+        floor = spec.removeprefix(">=")
+        kvikio = ".".join(str(int(p)) for p in tag.lstrip("v").split(".")[:2]) + ".0"
+        major, minor = (int(x) for x in floor.split("."))
+        below = _stub_python(tmp_path, f"{major}.{minor - 1}.9")
+        at = _stub_python(tmp_path, f"{floor}.0")
+        for python, rc in ((below, 2), (at, 0)):
+            proc = run_assert(tmp_path, {**GOOD, "verify_runtime_kvikio_version": kvikio,
+                                         "verify_runtime_python": python})
+            assert proc.returncode == rc, (tag, python, proc.stdout)

@@ -305,8 +305,8 @@ def libcufile_evidence(doc: dict[str, Any],
     wheel: dict[str, Any] = info["wheel"] if isinstance(info.get("wheel"), dict) else {}
     mapped: list[str] = []
     for att in attempts:
-        for path in att.get("libcufile_mapped") or []:
-            if isinstance(path, str) and path not in mapped:
+        for path in (att.get("libcufile_mapped") or [])[:8]:
+            if isinstance(path, str) and path[:300] not in mapped:
                 mapped.append(path[:300])
     host_real = host.get("real") or host.get("path")
     used = LIB_UNKNOWN
@@ -320,16 +320,21 @@ def libcufile_evidence(doc: dict[str, Any],
     preload = next((a.get("libcufile_preload") for a in attempts
                     if isinstance(a.get("libcufile_preload"), dict)), None)
     return {
-        "host_path": host.get("path"),
-        "host_real": host_real,
-        "host_version": host.get("version"),
-        "wheel_distribution": wheel.get("distribution"),
-        "wheel_version": wheel.get("version"),
-        "wheel_path": wheel.get("path"),
+        "host_path": _bounded(host.get("path")),
+        "host_real": _bounded(host_real),
+        "host_version": _bounded(host.get("version"), 40),
+        "wheel_distribution": _bounded(wheel.get("distribution"), 60),
+        "wheel_version": _bounded(wheel.get("version"), 40),
+        "wheel_path": _bounded(wheel.get("path")),
         "mapped": mapped[:8],
         "used": used,
-        "preload_error": (preload or {}).get("error"),
+        "preload_error": _bounded((preload or {}).get("error")),
     }
+
+
+def _bounded(value: Any, limit: int = 300) -> str | None:
+    """A string from the node, cut to ``limit`` characters (None stays None)."""
+    return None if value is None else str(value)[:limit]
 
 
 def libcufile_verdict(lib: dict[str, Any] | None, ran: bool) -> tuple[str, str, str]:

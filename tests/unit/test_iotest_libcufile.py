@@ -213,3 +213,11 @@ def test_the_wheels_pin_follows_cuda_toolkit_so_releases_can_differ() -> None:
     # the older pin beside a host libcufile 1.15.1 fails io.libcufile; the newer one passes
     for wheel, status in (("1.15.0.42", "fail"), ("1.15.1.6", "pass")):
         assert io_check(with_lib(nf.direct_p2pdma_io(), wheel=wheel)).status == status
+
+
+def test_what_the_node_sends_is_bounded() -> None:
+    doc = with_lib(nf.direct_p2pdma_io(), host="/x" * 5000, host_version="1" * 5000,
+                   mapped=["/y" * 5000] * 50)
+    lib = evaluate(doc, route="p2pdma").evidence["libcufile"]
+    assert len(lib["host_path"]) <= 300 and len(lib["host_version"]) <= 40
+    assert len(lib["mapped"]) == 1 and len(lib["mapped"][0]) <= 300

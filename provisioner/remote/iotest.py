@@ -17,6 +17,15 @@ What it does:
    "ON" (POSIX through kvikio) tells whether I/O works at all;
 4. always restores rw_stats_enabled and removes the test file (unless ``keep_file``).
 
+Which libcufile: libkvikio (26.10) loads libcufile through cuda-pathfinder, which takes a
+library already in the process first, then the virtual environment's NVIDIA wheels
+(``nvidia-cufile``), then the system (NVIDIA/cuda-python cuda_pathfinder README; fixture
+tests/fixtures/iotest/libcufile/README.md). DeepSpeed and gdsio use the host's libcufile, so each
+attempt loads the host's ``libcufile.so.0`` (ldconfig's cache, then the CUDA toolkit folders;
+never a site-packages copy) before importing kvikio, and reports the libcufile files mapped
+into the process after the I/O (``/proc/self/maps``). ``libcufile`` in the report names the
+host's library and the wheel's, each with its version.
+
 Each attempt runs in its own forked child (kvikio reads KVIKIO_COMPAT_MODE at import; a CUDA
 crash cannot take the report down). The parent never imports cupy or kvikio.
 The orchestrator, not this script, decides which path the data took (it parses the stats).
@@ -32,6 +41,7 @@ import re
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +64,106 @@ CUFILE_OVERRIDES = {
 # per-I/O markers throughout).
 LOG_HEAD_LINES = 3000
 LOG_TAIL_LINES = 1000
+
+
+# Where a host (not a Python wheel) keeps libcufile when ldconfig's cache does not list it: the
+# CUDA toolkit's folders (the H100's libcufile 1.15.1: /usr/local/cuda/targets/x86_64-linux/lib).
+HOST_LIBCUFILE_DIRS = (
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/local/cuda/targets/sbsa-linux/lib",
+    "/usr/local/cuda/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+)
+LIBCUFILE_SONAME = "libcufile.so.0"
+# The nvidia-cufile wheels: CUDA 13 dropped the -cuNN suffix.
+CUFILE_WHEELS = ("nvidia-cufile", "nvidia-cufile-cu13", "nvidia-cufile-cu12")
+_VERSION_IN_NAME = re.compile(r"libcufile\.so\.(\d+(?:\.\d+)+)$")
+
+
+def _in_python_tree(path: str) -> bool:
+    """A path inside a Python environment (a wheel's copy), not the host's."""
+    real = os.path.realpath(path)
+    venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
+    return ("/site-packages/" in real or "/dist-packages/" in real
+            or (venv and real.startswith(os.path.realpath(sys.prefix) + os.sep)))
+
+
+def library_version(path: str) -> str | None:
+    """``1.15.1`` from the file name libcufile.so.0 resolves to (libcufile.so.1.15.1)."""
+    m = _VERSION_IN_NAME.search(os.path.basename(os.path.realpath(path)))
+    return m.group(1) if m else None
+
+
+def host_libcufile() -> dict:
+    """The host's libcufile.so.0: ldconfig's cache first, then HOST_LIBCUFILE_DIRS; never a copy
+    inside a Python environment. ``path`` is None when the host has none."""
+    candidates: list = []
+    try:
+        proc = subprocess.run(["ldconfig", "-p"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=15, check=False,
+                              env=dict(os.environ, PATH="/usr/sbin:/sbin:/usr/bin:/bin"))
+        for line in proc.stdout.decode("utf-8", "replace").splitlines()[:5000]:
+            name, _, target = line.strip().partition(" => ")
+            if name.split(" ", 1)[0] == LIBCUFILE_SONAME and target.startswith("/"):
+                candidates.append(("ldconfig", target.strip()))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    candidates += [("cuda_dir", os.path.join(d, LIBCUFILE_SONAME)) for d in HOST_LIBCUFILE_DIRS]
+    for source, path in candidates:
+        if os.path.isfile(path) and not _in_python_tree(path):
+            return {"path": path, "real": os.path.realpath(path), "source": source,
+                    "version": library_version(path)}
+    return {"path": None, "real": None, "source": None, "version": None}
+
+
+def wheel_libcufile() -> dict:
+    """The nvidia-cufile wheel in this interpreter's environment (what cuda-pathfinder would
+    load first), with its version; ``distribution`` is None when there is none."""
+    try:
+        from importlib import metadata as md
+    except ImportError:  # Python < 3.8
+        return {"distribution": None, "version": None, "path": None}
+    for name in CUFILE_WHEELS:
+        try:
+            dist = md.distribution(name)
+        except Exception:  # noqa: BLE001, S112 - not installed, or unreadable metadata
+            continue
+        path = None
+        for f in dist.files or []:
+            if os.path.basename(str(f)).startswith(LIBCUFILE_SONAME):
+                path = str(dist.locate_file(f))
+                break
+        return {"distribution": name, "version": dist.version, "path": path}
+    return {"distribution": None, "version": None, "path": None}
+
+
+def mapped_libcufile(maps: str = "/proc/self/maps") -> list:
+    """The libcufile files mapped into this process (at most 8)."""
+    found: list = []
+    for line in (read_text(maps) or "").splitlines():
+        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+        base = os.path.basename(path)
+        if base.startswith("libcufile.so") and path not in found:
+            found.append(path)
+            if len(found) >= 8:
+                break
+    return found
+
+
+def preload_libcufile(path: str | None) -> dict:
+    """Load the host's libcufile before kvikio does (cuda-pathfinder then takes the one already
+    in the process, and libkvikio's dlopen of the soname finds it loaded)."""
+    if not path:
+        return {"path": None, "error": "the host has no libcufile.so.0"}
+    try:
+        import ctypes
+
+        ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_GLOBAL", 0))
+    except OSError as exc:
+        return {"path": path, "error": str(exc)[:300]}
+    return {"path": path, "error": None}
 
 
 def read_text(path: str) -> str | None:
@@ -241,7 +351,7 @@ def _sync(cupy) -> None:  # type: ignore[no-untyped-def]
 
 
 def attempt(mode: str, file_path: str, size: int, keep: bool,
-            extra_env: dict | None = None) -> dict:
+            extra_env: dict | None = None, host_lib: str | None = None) -> dict:
     """One write/read/compare cycle. Runs in a forked child; returns the evidence."""
     res: dict[str, Any] = {
         "mode": mode,
@@ -265,6 +375,8 @@ def attempt(mode: str, file_path: str, size: int, keep: bool,
                   "KVIKIO_GDS_THRESHOLD")
         if k in os.environ
     }
+    if host_lib is not None:
+        res["libcufile_preload"] = preload_libcufile(host_lib or None)
     try:
         import cupy  # type: ignore[import-not-found]
     except Exception as exc:  # noqa: BLE001
@@ -364,6 +476,7 @@ def attempt(mode: str, file_path: str, size: int, keep: bool,
         if not keep:
             with contextlib.suppress(OSError):
                 os.unlink(file_path)
+        res["libcufile_mapped"] = mapped_libcufile()
     return res
 
 
@@ -388,7 +501,7 @@ def _on_signal(signo, _frame):  # type: ignore[no-untyped-def]
 
 
 def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float,
-                extra_env: dict | None = None) -> dict:
+                extra_env: dict | None = None, host_lib: str | None = None) -> dict:
     """Fork a child for one attempt; collect its JSON through a pipe within ``timeout``; kill
     it and raise :class:`ControllerGone` when the orchestrator goes away meanwhile."""
     rfd, wfd = os.pipe()
@@ -397,7 +510,7 @@ def run_attempt(mode: str, file_path: str, size: int, keep: bool, timeout: float
         os.close(rfd)
         os.dup2(2, 1)  # library chatter goes to stderr, never into our JSON
         try:
-            out = attempt(mode, file_path, size, keep, extra_env)
+            out = attempt(mode, file_path, size, keep, extra_env, host_lib)
         except BaseException as exc:  # noqa: BLE001
             out = {"mode": mode, "ok": False, "stage": "crash", "error": repr(exc)}
         try:
@@ -474,6 +587,7 @@ def main() -> int:
         "cufile_log": None,
         "file": None,
         "file_removed": None,
+        "libcufile": None,
     }
     started = time.monotonic()
     if not os.path.isdir(directory):
@@ -506,6 +620,10 @@ def main() -> int:
     threshold = opts.get("gds_threshold")
     if threshold is not None:
         direct_env["KVIKIO_GDS_THRESHOLD"] = int(threshold)
+    host = host_libcufile()
+    prefer_host = bool(opts.get("prefer_host_libcufile", True))
+    out["libcufile"] = {"host": host, "wheel": wheel_libcufile(), "prefer_host": prefer_host}
+    host_lib = (host["path"] or "") if prefer_host else None
     original = read_text(RW_STATS)
     rw["present"] = original is not None
     rw["before"] = original.strip() if original is not None else None
@@ -532,7 +650,7 @@ def main() -> int:
             out["cufile_scope"] = scope
             if scope.get("json"):
                 direct_env["CUFILE_ENV_PATH_JSON"] = scope["json"]
-        direct = run_attempt("OFF", file_path, size, keep, timeout, direct_env)
+        direct = run_attempt("OFF", file_path, size, keep, timeout, direct_env, host_lib)
         out["attempts"].append(direct)
         out["stats_after_direct"] = read_text(STATS)
         if tmpdir:
@@ -542,7 +660,7 @@ def main() -> int:
             out["status"] = "skipped"
             out["reason"] = direct.get("error")
         elif not direct.get("ok") and opts.get("try_compat", True):
-            compat = run_attempt("ON", file_path, size, keep, timeout)
+            compat = run_attempt("ON", file_path, size, keep, timeout, None, host_lib)
             out["attempts"].append(compat)
             out["stats_after_compat"] = read_text(STATS)
     finally:

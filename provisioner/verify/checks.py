@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from provisioner.verify import proof
+from provisioner.verify import iotest, proof
 from provisioner.verify.model import (
     FAIL,
     PASS,
@@ -832,6 +832,11 @@ class _Checks:
                      ("Throughput below the policy floor: " + "; ".join(low) +
                       ". Check PCIe topology (GPU and NVMe under one switch), ACS and IOMMU.")
                      if low else "Throughput meets the policy.")
+        # io.libcufile: the host's libcufile ran the test, the wheel beside it is its release.
+        status, actual, why = iotest.libcufile_verdict(
+            ev.get("libcufile"), io.path_taken in (PATH_DIRECT, PATH_COMPAT))
+        self.add("io.libcufile", {"pass": PASS, "fail": FAIL}.get(status, SKIP),
+                 "host libcufile, wheel of the same release", actual, why)
         if io.path_taken != PATH_SKIPPED and ev.get("file_removed") is False:
             self.add("io.cleanup", WARN, "test file removed", str(ev.get("test_file")),
                      f"Remove the leftover test file {ev.get('test_file')}.")

@@ -233,7 +233,7 @@ def _summary(att: dict[str, Any]) -> dict[str, Any]:
             "is_gds_available", "compat_mode_preferred", "compat_mode", "handle_compat_preferred",
             "handle_direct_io_supported", "cufile_nvfs_version", "cufile_allow_compat_mode",
             "libcufile_version", "kvikio_version", "cupy_version", "gpu_name", "gpu_count",
-            "env", "missing", "gds_threshold")
+            "env", "missing", "gds_threshold", "libcufile_preload", "libcufile_mapped")
     return {k: att.get(k) for k in keep if k in att}
 
 
@@ -284,6 +284,126 @@ def _counter_proof(delta: dict[str, float] | None, size: int) -> tuple[bool | No
                    "I/O went (at least partly) through POSIX")
 
 
+# -- which libcufile the test used (docs/checks.md, io.libcufile) -----------------------------
+# libkvikio loads libcufile through cuda-pathfinder, which prefers a library already in the
+# process, then the environment's nvidia-cufile wheel, then the system (NVIDIA/cuda-python,
+# cuda_pathfinder/cuda/pathfinder/README.md; tests/fixtures/iotest/libcufile/README.md). The node
+# script loads the host's libcufile first; these say whether that held and whether the wheel
+# beside it is the same release.
+LIB_HOST = "host"
+LIB_WHEEL = "wheel"
+LIB_OTHER = "other"
+LIB_UNKNOWN = "unknown"
+
+
+def _release(version: Any) -> tuple[int, ...] | None:
+    """(1, 15, 1) from "1.15.1" or the wheel's "1.15.1.6" (its 4th part is the build)."""
+    parts = str(version or "").split(".")
+    nums: list[int] = []
+    for part in parts[:3]:
+        if not part.isdigit():
+            return None
+        nums.append(int(part))
+    return tuple(nums) if len(nums) == 3 else None
+
+
+def libcufile_evidence(doc: dict[str, Any],
+                       attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The host's and the wheel's libcufile, and which one the I/O attempts had mapped (pure).
+    None when the node script did not report it (an older script)."""
+    info = doc.get("libcufile")
+    if not isinstance(info, dict):
+        return None
+    host: dict[str, Any] = info["host"] if isinstance(info.get("host"), dict) else {}
+    wheel: dict[str, Any] = info["wheel"] if isinstance(info.get("wheel"), dict) else {}
+    mapped: list[str] = []
+    for att in attempts:
+        for path in (att.get("libcufile_mapped") or [])[:8]:
+            if isinstance(path, str) and path[:300] not in mapped:
+                mapped.append(path[:300])
+    host_real = host.get("real") or host.get("path")
+    used = LIB_UNKNOWN
+    if mapped:
+        if host_real and all(p in (host_real, host.get("path")) for p in mapped):
+            used = LIB_HOST
+        elif any("/site-packages/" in p or "/dist-packages/" in p for p in mapped):
+            used = LIB_WHEEL
+        else:
+            used = LIB_OTHER
+    preload = next((a.get("libcufile_preload") for a in attempts
+                    if isinstance(a.get("libcufile_preload"), dict)), None)
+    return {
+        "host_path": _bounded(host.get("path")),
+        "host_real": _bounded(host_real),
+        "host_version": _bounded(host.get("version"), 40),
+        "wheel_distribution": _bounded(wheel.get("distribution"), 60),
+        "wheel_version": _bounded(wheel.get("version"), 40),
+        "wheel_path": _bounded(wheel.get("path")),
+        "mapped": mapped[:8],
+        "used": used,
+        "preload_error": _bounded((preload or {}).get("error")),
+    }
+
+
+def _bounded(value: Any, limit: int = 300) -> str | None:
+    """A string from the node, cut to ``limit`` characters (None stays None)."""
+    return None if value is None else str(value)[:limit]
+
+
+def libcufile_verdict(lib: dict[str, Any] | None, ran: bool) -> tuple[str, str, str]:
+    """(status, actual, detail) of io.libcufile: the I/O test ran with the host's libcufile and
+    any nvidia-cufile wheel beside it is the host's release (pure). ``ran``: an attempt moved
+    data (else the check skips)."""
+    if lib is None:
+        return "skip", "not reported", ("Skipped: the node's I/O test did not report which "
+                                        "libcufile it loaded.")
+    host_v, wheel_v = lib.get("host_version"), lib.get("wheel_version")
+    host = f"host libcufile {host_v or '?'} ({lib.get('host_path')})"
+    wheel = (f"wheel {lib.get('wheel_distribution')} {wheel_v}"
+             if lib.get("wheel_distribution") else "no nvidia-cufile wheel")
+    actual = (f"{host if lib.get('host_path') else 'no host libcufile'}; {wheel}; "
+              f"used {lib.get('used')}")
+    if not lib.get("host_path"):
+        if lib.get("wheel_distribution") or lib.get("used") in (LIB_WHEEL, LIB_OTHER):
+            return "fail", actual, (
+                "The host has no libcufile of its own, so the I/O test could only use "
+                f"{'the ' + wheel if lib.get('wheel_distribution') else 'another copy'}: "
+                "DeepSpeed and gdsio load the host's libcufile, so nothing here proves them. "
+                "Install the host's cuFile (the CUDA repository's libcufile-<X>-<Y> package, or "
+                "the GDS packages of the rollout) and verify again.")
+        return "skip", actual, "Skipped: no libcufile on the host or in the test's environment."
+    if lib.get("used") in (LIB_WHEEL, LIB_OTHER):
+        return "fail", actual, (
+            f"The I/O test ran with {', '.join(lib.get('mapped') or [])}, not the {host}"
+            + (f" (loading it first failed: {lib.get('preload_error')})"
+               if lib.get("preload_error") else "")
+            + ": a result for that library says nothing about the host's (DeepSpeed, gdsio). "
+            "Remove the nvidia-cufile wheel from the verification runtime, or install the one "
+            "of the host's release, and verify again.")
+    if lib.get("wheel_distribution"):
+        hr, wr = _release(host_v), _release(wheel_v)
+        pin = ".".join(map(str, hr)) + ".*" if hr else "<host release>"
+        if hr is None or wr is None or hr != wr:
+            return "fail", actual, (
+                f"The {host} and the verification runtime's {wheel} differ"
+                + (" (a version could not be read)" if hr is None or wr is None else "")
+                + ": libkvikio loads the wheel's through cuda-pathfinder wherever the host's is "
+                "not loaded first, so jobs using kvikio and those using the host's library "
+                "(DeepSpeed, gdsio) can take different paths. Pin the wheel to the host's "
+                f"release ({lib.get('wheel_distribution')}=={pin} in the verification "
+                "runtime's virtual environment) or upgrade the host's "
+                "cuFile to the wheel's, then verify again.")
+    if not ran:
+        return "skip", actual, "Skipped: no I/O attempt ran with cuFile."
+    if lib.get("used") == LIB_UNKNOWN:
+        return "skip", actual, ("Skipped: no libcufile was mapped into the I/O test's process "
+                                "(kvikio did not load cuFile), so which one it would use is "
+                                "not shown.")
+    return "pass", actual, (f"The I/O test ran with the {host}"
+                            + (f"; the {wheel} is the same release." if lib.get(
+                                "wheel_distribution") else "."))
+
+
 def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route: str | None,
                   delta: dict[str, float] | None, rw_on: bool, evidence: dict[str, Any],
                   common: dict[str, Any]) -> IoTestResult:
@@ -308,6 +428,15 @@ def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route:
             "POSIX and nvidia-fs counts whole MiB; run the test with --io-size of at least "
             f"{floor} bytes"))
 
+    lib = evidence.get("libcufile")
+    if lib is not None and (lib.get("used") in (LIB_WHEEL, LIB_OTHER) or (
+            not lib.get("host_path") and lib.get("used") != LIB_UNKNOWN)):
+        return result(PATH_DIRECT, (
+            "I/O succeeded with compat mode off, but with libcufile "
+            f"{', '.join(lib.get('mapped') or []) or '?'}, not the host's "
+            f"({lib.get('host_path') or 'the host has none'}): that proves nothing for the "
+            "host's libcufile, which DeepSpeed and gdsio use (see io.libcufile)"))
+
     log = _cufile_log(doc)
     log_mode = log.mode if log is not None else None
     if log is not None and log_mode == cufile_log.MODE_COMPAT:
@@ -322,6 +451,16 @@ def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route:
             evidence["corroborated_by"] = "cufile_log"
             why += f"; cuFile's log agrees ({log_mode} per-I/O markers)"
         return result(PATH_DIRECT, "direct path proven: " + why, "nvfs_counters")
+    if log is not None and log_mode == cufile_log.MODE_P2PDMA:
+        # Read before the counters' verdict: I/O over PCI P2PDMA bypasses nvidia-fs, so its
+        # counters stay still even where nvidia-fs is loaded, and the route is taken as nvfs
+        # wherever gdscheck is absent (no gds-tools, GPU Operator nodes).
+        return result(PATH_DIRECT, (
+            f"direct path proven by cuFile's own log: {len(log.p2pdma_io_lines)} per-I/O "
+            f"p2pdma line(s) and no compat line, e.g. {log.p2pdma_io_lines[0].render()}"
+            + ("; the nvidia-fs counters did not cover the test's bytes, as expected of "
+               "P2PDMA I/O, which bypasses nvidia-fs" if counters_observable else "")),
+            "cufile_log")
     if counters_observable and route in (None, "nvfs") and rw.get("present"):
         # nvidia-fs counts every direct I/O on the nvfs route: counters that do not cover the
         # test's bytes mean cuFile served (part of) it through POSIX despite the settings.
@@ -382,6 +521,7 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
         "cufile_scope": doc.get("cufile_scope"),
         "cufile_log": None,
         "bytes_needed_mib": size // MIB,
+        "libcufile": libcufile_evidence(doc, attempts),
     }
     log = _cufile_log(doc)
     if log is not None:

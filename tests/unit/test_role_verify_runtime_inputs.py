@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +21,15 @@ VENV_BIN = ROOT / ".venv" / "bin"
 ROLE = ROOT / "roles" / "verify_runtime"
 
 
-def run_assert(tmp_path: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def run_assert(tmp_path: Path, variables: dict[str, Any], tasks_from: str = "assert.yml",
+               *extra_args: str) -> subprocess.CompletedProcess[str]:
     play = tmp_path / "play.yml"
     play.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "hosts": "localhost", "connection": "local",
+        "gather_facts": tasks_from != "assert.yml",
         "tasks": [{"name": "Only the role's input checks",
                    "ansible.builtin.include_role": {"name": "verify_runtime",
-                                                    "tasks_from": "assert.yml"}}],
+                                                    "tasks_from": tasks_from}}],
     }]))
     extra = tmp_path / "vars.json"
     extra.write_text(json.dumps(variables))
@@ -33,7 +37,8 @@ def run_assert(tmp_path: Path, variables: dict[str, Any]) -> subprocess.Complete
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
                ANSIBLE_PYTHON_INTERPRETER=sys.executable)
     return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", f"@{extra}"], capture_output=True, text=True, timeout=180,
+                           "-e", f"@{extra}", *extra_args], capture_output=True, text=True,
+                          timeout=180,
                           env=env, check=False)
 
 
@@ -97,3 +102,139 @@ def test_bad_input_is_refused_with_the_fix(tmp_path: Path, variables: dict[str, 
     flat = " ".join(out.split())
     assert " ".join(needle.split()) in flat, out
     assert "nothing was changed" in flat or "never goes into" in flat or "absolute" in flat
+
+
+# -- the interpreter's version (issue 15): kvikio 26.04+ needs Python 3.11 ----------------------
+def _stub_python(tmp_path: Path, version: str) -> str:
+    """STAND-IN interpreter: prints ``version`` whatever it is asked (the role's probe asks for
+    sys.version_info)."""
+    stub = tmp_path / f"python-{version}"
+    stub.write_text(f"#!/bin/sh\necho {version}\n")
+    stub.chmod(0o755)
+    return str(stub)
+
+
+@pytest.mark.parametrize("version", ["3.10.12", "3.9.18"])
+def test_an_interpreter_older_than_kvikio_needs_is_refused(tmp_path: Path, version: str) -> None:
+    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_python": _stub_python(tmp_path, version)})
+    flat = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, flat
+    assert "nothing was changed" in flat and "needs Python >= 3.11" in flat
+    assert f"is Python {version}" in flat and "Set verify_runtime_python" in flat
+
+
+def test_an_interpreter_that_does_not_run_is_refused(tmp_path: Path) -> None:
+    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_python": str(tmp_path / "nopython")})
+    flat = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and "does not run on this node" in flat, flat
+
+
+@pytest.mark.parametrize(("kvikio", "version", "rc"), [
+    ("26.02.0", "3.10.12", 0),   # requires-python ">=3.10" up to 26.02
+    ("26.04.0", "3.10.12", 2),   # ">=3.11" from 26.04
+    ("26.10.0", "3.11.2", 0),
+])
+def test_the_floor_follows_the_pinned_kvikio(tmp_path: Path, kvikio: str, version: str,
+                                             rc: int) -> None:
+    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_kvikio_version": kvikio,
+                                 "verify_runtime_python": _stub_python(tmp_path, version)})
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+
+
+# -- the other CUDA major's wheels (issue 15) ---------------------------------------------------
+def _probe_script(want_major: int) -> str:
+    """The role's own probe (tasks/install.yml), rendered as Ansible would for ``want_major``."""
+    import jinja2
+
+    tasks = yaml.safe_load((ROLE / "tasks" / "install.yml").read_text())
+    task = next(t for t in tasks if t["name"].startswith("Read which kvikio/cupy distributions"))
+    wheels = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__verify_runtime_wheels"]
+    names = wheels[str(want_major)]
+    env = jinja2.Environment(autoescape=False)  # noqa: S701 - renders Python, not HTML
+    env.filters["to_json"] = json.dumps
+    return env.from_string(task["ansible.builtin.command"]["argv"][2]).render(
+        __verify_runtime_cuda_major=str(want_major),
+        __verify_runtime_want={names["kvikio"]: "26.10.0", names["cupy"]: "14.2.0"},
+        __verify_runtime_known=[n for m in wheels.values() for n in m.values()])
+
+
+def _fake_env(tmp_path: Path, dists: dict[str, str]) -> Path:
+    """STAND-IN site-packages: one .dist-info folder per distribution."""
+    site = tmp_path / "site"
+    for name, version in dists.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return site
+
+
+CU12_ENV = {"kvikio-cu12": "26.10.0", "libkvikio-cu12": "26.10.0", "cupy-cuda12x": "14.2.0",
+            "nvidia-cufile-cu12": "1.13.1.3", "nvidia-cuda-runtime-cu12": "12.9.79",
+            "nvidia-nvjitlink-cu12": "12.9.86", "cuda-toolkit": "12.9.1", "numpy": "2.3.0",
+            "rapids-logger": "0.2.0", "cuda-pathfinder": "1.3.4"}
+CU13_ENV = {"kvikio-cu13": "26.10.0", "libkvikio-cu13": "26.10.0", "cupy-cuda13x": "14.2.0",
+            "nvidia-cufile": "1.15.1.6", "nvidia-cuda-runtime": "13.0.96",
+            "nvidia-nccl-cu13": "2.28.9", "cuda-toolkit": "13.0.2", "numpy": "2.3.0",
+            "nvidia-ml-py": "13.610.43", "cuda-pathfinder": "1.8.1"}
+
+
+@pytest.mark.parametrize(("env", "want", "stale", "have"), [
+    (CU12_ENV, 13, ["cuda-toolkit", "cupy-cuda12x", "kvikio-cu12", "libkvikio-cu12",
+                    "nvidia-cuda-runtime-cu12", "nvidia-cufile-cu12", "nvidia-nvjitlink-cu12"], {}),
+    (CU13_ENV, 12, ["cuda-toolkit", "cupy-cuda13x", "kvikio-cu13", "libkvikio-cu13",
+                    "nvidia-cuda-runtime", "nvidia-cufile", "nvidia-nccl-cu13"], {}),
+    (CU13_ENV, 13, [], {"kvikio-cu13": "26.10.0", "cupy-cuda13x": "14.2.0"}),
+])
+def test_switching_majors_removes_every_wheel_of_the_other(tmp_path: Path, env: dict[str, str],
+                                                           want: int, stale: list[str],
+                                                           have: dict[str, str]) -> None:
+    site = _fake_env(tmp_path, env)
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c",
+                           f"import sys; sys.path.insert(0, {str(site)!r}); "
+                           f"exec(compile({_probe_script(want)!r}, 'probe', 'exec'))"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    out = json.loads(proc.stdout)
+    assert out["stale"] == stale  # numpy, rapids-logger, cuda-pathfinder, nvidia-ml-py stay
+    assert {k: v for k, v in out["have"].items()} == have
+
+
+# -- OS packages (issue 15): never the package module for a package that is installed ----------
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs a Debian-family controller")
+def test_an_installed_package_never_reaches_the_package_module(tmp_path: Path) -> None:
+    # install.yml in check mode against this machine, with the OS package list set to dpkg
+    # (installed wherever dpkg-query runs): on a node without python3-apt, ansible.builtin.apt
+    # fails even for an installed package, so it must not be called at all
+    (tmp_path / "wheels").mkdir()
+    proc = run_assert(tmp_path, {
+        **GOOD, "verify_runtime_source": "wheel_dir",
+        "verify_runtime_wheel_dir": str(tmp_path / "wheels"),
+        "verify_runtime_venv": str(tmp_path / "venv"),
+        "verify_runtime_node_wheel_dir": str(tmp_path / "node-wheels"),
+        "__verify_runtime_os_packages": {"Debian": ["dpkg"], "RedHat": []},
+    }, "install.yml", "--check")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    blocks = re.split(r"\nTASK \[", out)
+    status = {b.split("]", 1)[0].split(" : ", 1)[-1]: b for b in blocks[1:]}
+    probe = status["Read which OS packages venv needs are installed"]
+    assert "ok: [localhost] => (item=dpkg)" in probe
+    for task in ("Install the OS packages venv needs",
+                 "Update the APT cache before installing python3-venv"):
+        assert "skipping: [localhost]" in status[task], status[task]
+
+
+def test_the_floor_matches_kvikios_own_requires_python(tmp_path: Path) -> None:
+    # tests/fixtures/verify_runtime/kvikio_requires_python.txt: rapidsai/kvikio's
+    # python/kvikio/pyproject.toml at each tag (README.md beside it)
+    fixture = ROOT / "tests" / "fixtures" / "verify_runtime" / "kvikio_requires_python.txt"
+    for line in fixture.read_text().splitlines():
+        tag, _commit, spec = line.split()
+        floor = spec.removeprefix(">=")
+        kvikio = ".".join(str(int(p)) for p in tag.lstrip("v").split(".")[:2]) + ".0"
+        major, minor = (int(x) for x in floor.split("."))
+        below = _stub_python(tmp_path, f"{major}.{minor - 1}.9")
+        at = _stub_python(tmp_path, f"{floor}.0")
+        for python, rc in ((below, 2), (at, 0)):
+            proc = run_assert(tmp_path, {**GOOD, "verify_runtime_kvikio_version": kvikio,
+                                         "verify_runtime_python": python})
+            assert proc.returncode == rc, (tag, python, proc.stdout)

@@ -15,7 +15,10 @@ What the messages mean here (sources named beside each pattern):
   enabled"; the per-I/O TRACE marker ``p2p mode: <0|1> compat: 1``.
 * direct: the per-I/O DEBUG marker "gds path taken with ODIRECT fd: N" (nvidia-fs path), the
   per-I/O TRACE marker ``p2p mode: 1 compat: 0`` (PCI P2PDMA) and ``p2p mode: 0 compat: 0``
-  (nvidia-fs).
+  (nvidia-fs). The P2PDMA marker is **unconfirmed**: it comes from one public report quoting
+  libcufile 1.15 on an L40S, not from a capture of ours (no P2PDMA node has been lent). A log
+  that words it any other way gives no mode, so the I/O stays unproven (fails safe), never
+  proven by a guess (tests/unit/test_iotest_libcufile.py).
 * why there is no direct path: "nvidia-fs.ko driver not loaded", "NVMe Driver not registered with
   nvidia-fs", "cuFileHandleRegister error...", "GPUDirect Storage not supported on current file".
 

@@ -3,13 +3,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """Module options in modprobe.d: how kmod reads them, and the plan that makes ours win.
 
-``modprobe_plan(lines, files, own_file, wanted, merge=("NVreg_RegistryDwords",))``:
+``modprobe_plan(lines, files, own_file, wanted, merge=("NVreg_RegistryDwords",),
+kmod_version=None)``:
 
-- ``lines``: ``grep -H`` output, one ``<path>:options <module> <params>`` line per entry, from
-  the modprobe.d directories (/etc/modprobe.d, /run/modprobe.d, /usr/local/lib/modprobe.d,
-  /lib/modprobe.d, /usr/lib/modprobe.d).
-- ``files``: every ``*.conf`` path in those directories (a file in /etc/modprobe.d shadows the
-  file of the same name in the others, as kmod does, even when it sets nothing we look for).
+- ``lines``: the files' text, read in full so that lines ending in a backslash are joined as
+  kmod joins them: ``{path: text}``, or the results of ``ansible.builtin.slurp`` over the files
+  (``[{"source", "content" (base64)}]``); or (older form, no continuation lines) ``grep -H``
+  output, one ``<path>:options <module> <params>`` line per entry.
+- ``files``: every ``*.conf`` path in the modprobe.d directories (/etc, /run, /usr/local/lib,
+  /usr/lib, /lib; a file in /etc/modprobe.d shadows the file of the same name in the others, as
+  kmod does, even when it sets nothing we look for).
+- ``kmod_version``: the node's ``modprobe --version`` (or its major number): which directories
+  kmod reads and in which order (before v32 not /usr/lib/modprobe.d; from v32 /usr/lib before
+  /lib). Unknown: the newest order, which reads every directory.
 - ``own_file``: the file the role writes (in /etc/modprobe.d).
 - ``wanted``: ``{module: {param: value}}`` the role sets.
 - ``merge``: parameters whose value is a ``key=value;...`` list (``NVreg_RegistryDwords``):
@@ -31,6 +37,8 @@ operator must shadow in /etc/modprobe.d. Returns::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib.util
 import os
 import sys
@@ -75,6 +83,7 @@ effective_files = _conf.effective_files
 parse_options_line = _conf.parse_options_line
 parse_registry = _conf.parse_registry
 _param = _conf.param
+kmod_dirs = _conf.kmod_dirs
 EDITABLE_DIR = "/etc/modprobe.d"
 
 
@@ -100,33 +109,69 @@ def _merge_pairs(base: list[tuple[str, str]], more: Iterable[tuple[str, str]]
     return out
 
 
+_MAX_FILE = 1024 * 1024
+
+
+def _texts(lines: Any) -> dict[str, str] | None:
+    """{path: text} from a mapping or slurp results; None for the older grep rows."""
+    if isinstance(lines, Mapping):
+        return {str(k): str(v or "")[:_MAX_FILE] for k, v in lines.items()}
+    if isinstance(lines, str):
+        return None
+    rows = list(lines)
+    if not rows or not all(isinstance(r, Mapping) for r in rows):
+        return None
+    out: dict[str, str] = {}
+    for row in rows:
+        if row.get("failed") or not row.get("source") or row.get("content") is None:
+            continue  # unreadable (dangling link, directory): kmod skips it too
+        try:
+            data = base64.b64decode(str(row["content"])[: 2 * _MAX_FILE], validate=False)
+        except (binascii.Error, ValueError):
+            continue
+        out[str(row["source"])] = data.decode("utf-8", "replace")
+    return out
+
+
+def _entries(lines: Any) -> dict[str, list[tuple[str, str]]]:
+    """{path: [(raw text as in the file, line as kmod reads it)]} for the options lines."""
+    texts = _texts(lines)
+    if texts is not None:
+        return _conf.options_entries(texts)
+    raw = lines.splitlines() if isinstance(lines, str) else [str(r) for r in lines]
+    entries: dict[str, list[tuple[str, str]]] = {}
+    for row in raw:
+        path, sep, text = row.partition(":")
+        if not sep or not text.strip().startswith("options"):
+            continue
+        text = text.rstrip("\n")
+        entries.setdefault(os.path.normpath(path), []).append((text, text))
+    return entries
+
+
 def modprobe_plan(
-    lines: str | Iterable[str],
+    lines: Any,
     files: Iterable[str],
     own_file: str,
     wanted: Mapping[str, Mapping[str, Any]],
     merge: Iterable[str] = ("NVreg_RegistryDwords",),
+    kmod_version: Any = None,
 ) -> dict[str, Any]:
-    raw = lines.splitlines() if isinstance(lines, str) else list(lines)
     merge_params = set(merge)
     want = {_norm(m): {str(k): str(v) for k, v in p.items()} for m, p in wanted.items()}
     own_file = os.path.normpath(own_file)
     own_name = os.path.basename(own_file)
 
-    entries: dict[str, list[str]] = {}
-    for row in raw:
-        path, sep, text = row.partition(":")
-        if not sep or not text.strip().startswith("options"):
-            continue
-        entries.setdefault(os.path.normpath(path), []).append(text.rstrip("\n"))
-    order = effective_files(list(files) + list(entries) + [own_file])
+    entries = _entries(lines)
+    dirs = kmod_dirs(kmod_version)
+    order = effective_files(list(files) + list(entries) + [own_file], dirs)
 
     merged_pairs: dict[tuple[str, str], list[tuple[str, str]]] = {}
     merged_from: dict[str, list[str]] = {}
     edits: list[dict[str, str]] = []
     conflicts: list[str] = []
     for path in order:
-        for line in entries.get(path, []):
+        for raw_line, line in entries.get(path, []):
             parsed = parse_options_line(line)
             if parsed is None:
                 continue
@@ -155,7 +200,9 @@ def modprobe_plan(
                 new = (f"{note}\noptions {module} {' '.join(rest)}" if rest
                        else f"{note}: {line.strip()}")
                 # "replace": the same text as a re.sub replacement (backslashes doubled)
-                edits.append({"path": path, "line": line, "new": new,
+                # "line": the text as it stands in the file (a line continued with a
+                # backslash spans several), so that ansible.builtin.replace finds it
+                edits.append({"path": path, "line": raw_line, "new": new,
                               "replace": new.replace("\\", "\\\\")})
             elif os.path.basename(path) > own_name:
                 conflicts.append(f"{path}: {line.strip()}")

@@ -22,6 +22,10 @@ provisioner's wheel carries a build-time copy (setup.py), as for cufile_schema.p
   one (shared/util.c ``freadline_wrapped``) -> [(raw text, joined text), ...].
 - ``options_entries(texts)``: ``{path: file text}`` -> ``{path: [(raw, joined), ...]}`` for the
   ``options`` lines.
+- ``builtin_modules(text)``, ``kernel_param(cmdline, module, param)``, ``grub_cmdline(texts)``,
+  ``grubby_args(text)``: what the kernel command line (now, and from the boot loader's
+  configuration for the next boot) gives a module, and which modules are built in (they read
+  only the command line).
 - ``cmdline_options(text)``: the ``module.param=value`` entries of a kernel command line that
   kmod applies after every modprobe.d file (libkmod-config.c ``kmod_config_parse_kcmdline``)
   -> [(module with underscores, "param=value"), ...] in order.
@@ -43,8 +47,12 @@ __all__ = [
     "KMOD_DIRS_BEFORE_32",
     "KMOD_DIRS_FROM_32",
     "MODPROBE_DIRS",
+    "builtin_modules",
     "cmdline_options",
     "effective_files",
+    "grub_cmdline",
+    "grubby_args",
+    "kernel_param",
     "kmod_dirs",
     "kmod_version",
     "logical_lines",
@@ -238,3 +246,94 @@ def effective_files(files, dirs=MODPROBE_DIRS):
         if name not in by_name or rank < by_name[name][0]:
             by_name[name] = (rank, path)
     return [by_name[name][1] for name in sorted(by_name)]
+
+
+# -- Kernel parameters that defeat modprobe.d ----------------------------------------------------
+# A built-in module (modules.builtin of the kernel) never reads modprobe.d: its parameters come
+# only from the kernel command line. For a loadable module kmod appends the command line's
+# ``module.param=`` after every modprobe.d file, so the command line wins.
+
+def builtin_modules(text):
+    """modules.builtin (``kernel/drivers/nvme/host/nvme-core.ko`` per line) -> module names
+    with underscores (``nvme_core``)."""
+    out = set()
+    for line in str(text or "").splitlines()[:100000]:
+        name = os.path.basename(line.strip())
+        for suffix in (".ko", ".ko.xz", ".ko.zst", ".ko.gz"):
+            if name.endswith(suffix):
+                out.add(name[: -len(suffix)].replace("-", "_"))
+                break
+    return sorted(out)
+
+
+def kernel_param(cmdline, module, name):
+    """The value the kernel command line gives ``module.name`` (the last one wins); None when
+    it does not set it. ``module`` and ``name`` are compared with ``-`` and ``_`` alike."""
+    want_mod = module.replace("-", "_")
+    want_param = name.replace("-", "_")
+    value = None
+    for mod, token in cmdline_options(cmdline):
+        key, val = param(token)
+        if mod == want_mod and key.replace("-", "_") == want_param:
+            value = val
+    return value
+
+
+_GRUB_VAR = re.compile(r"^\s*(?:export\s+)?(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)=(.*)$")
+_GRUB_REF = re.compile(
+    r"\$(?:\{(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}|(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\b)")
+
+
+def grub_cmdline(texts):
+    """The kernel arguments GRUB's normal entries get (``GRUB_CMDLINE_LINUX``, then
+    ``GRUB_CMDLINE_LINUX_DEFAULT``) from /etc/default/grub and then /etc/default/grub.d/*.cfg
+    (``texts``: their contents in that order), as grub-mkconfig sources them: the last
+    assignment wins, ``$GRUB_CMDLINE_LINUX[_DEFAULT]`` expands to the value so far. Returns
+    the arguments, or None when no text sets either variable. A value with other shell
+    expansions is taken literally."""
+    values = {"GRUB_CMDLINE_LINUX": "", "GRUB_CMDLINE_LINUX_DEFAULT": ""}
+    seen = False
+    for text in texts:
+        for line in str(text or "").splitlines()[:10000]:
+            match = _GRUB_VAR.match(line)
+            if not match:
+                continue
+            name, rest = match.groups()
+            rest = _GRUB_REF.sub(lambda m: values[m.group(1) or m.group(2)], rest)
+            values[name] = " ".join(_shell_words(rest))
+            seen = True
+    if not seen:
+        return None
+    return " ".join(w for w in (values["GRUB_CMDLINE_LINUX"],
+                                values["GRUB_CMDLINE_LINUX_DEFAULT"]) if w)
+
+
+def _shell_words(text):
+    """A shell assignment's value (its first shell word, quotes removed) split into words:
+    ``"a b" # note`` -> [a, b]; ``x cmd`` -> [x]."""
+    cur = []
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                cur.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch.isspace():
+            break
+        else:
+            cur.append(ch)
+    return "".join(cur).split()
+
+
+def grubby_args(text):
+    """``args="ro quiet ..."`` from ``grubby --info=DEFAULT`` -> ``ro quiet ...``; None when
+    absent."""
+    value = None
+    for line in str(text or "").splitlines()[:1000]:
+        key, sep, rest = line.partition("=")
+        if sep and key.strip() == "args":
+            value = unquote(rest)
+    return value

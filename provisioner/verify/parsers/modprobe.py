@@ -15,6 +15,11 @@
   then the ``module.param=`` entries of the kernel command line (``cmdline``, reported with
   the file ``KERNEL_CMDLINE``) after every file, the last value of a parameter winning.
   Returns ``{module: {param: {"value", "file"}}}``.
+- ``boot_params(cmdline, builtin, grub, grub_d, grubby)``: what overrides modprobe.d for the
+  p2pdma options: ``{"builtin": [modules] or None, "cmdline": {"multipath", "registry_dwords"}
+  (/proc/cmdline), "bootloader": {"source", "args", "multipath", "registry_dwords"}}`` (the
+  next boot's arguments: ``grubby --info=DEFAULT`` on RHEL, else /etc/default/grub and
+  grub.d; source None when neither was read).
 - ``kmod_dirs_for(doc)``: (kmod major version or None, the directories it reads in order).
 """
 
@@ -115,8 +120,39 @@ def configured_options(doc: dict[str, Any] | str | None, cmdline: str | None = N
     return out
 
 
+def _p2pdma_params(cmdline: str | None) -> dict[str, str | None]:
+    return {"multipath": _conf.kernel_param(cmdline or "", "nvme_core", "multipath"),
+            "registry_dwords": _conf.kernel_param(cmdline or "", "nvidia",
+                                                  "NVreg_RegistryDwords")}
+
+
+def boot_params(cmdline: str | None, builtin: str | None, grub: str | None,
+                grub_d: str | None, grubby: str | None) -> dict[str, Any]:
+    """Built-in modules and the nvme_core / nvidia parameters of the kernel command line, now
+    and for the next boot (see the module docstring)."""
+    source = args = None
+    if grubby is not None and _conf.grubby_args(grubby) is not None:
+        source, args = "grubby --info=DEFAULT", _conf.grubby_args(grubby)
+    elif grub is not None:
+        texts = [grub]
+        try:
+            extra = json.loads(grub_d) if grub_d else {}
+        except ValueError:
+            extra = {}
+        if isinstance(extra, dict):
+            texts += [str(extra[k]) for k in sorted(extra)]
+        source, args = "/etc/default/grub", _conf.grub_cmdline(texts) or ""
+    return {
+        "builtin": _conf.builtin_modules(builtin) if builtin is not None else None,
+        "cmdline": _p2pdma_params(cmdline),
+        "bootloader": {"source": source, "args": args,
+                       **_p2pdma_params(args if source else None)},
+    }
+
+
 __all__ = [
     "KERNEL_CMDLINE",
+    "boot_params",
     "configured_options",
     "kmod_dirs_for",
     "effective_files",

@@ -22,6 +22,15 @@ kmod_version=None)``:
   the module takes ONE value, so the keys other files set are kept and ours added (ours win on
   the same key, compared without regard to case), each key once.
 
+``kernel_args_plan(cmdline, builtin, grub=None, grubby=None, multipath="N")``: whether the
+kernel command line must carry ``nvme_core.multipath=N`` because modprobe.d cannot set it (a
+built-in nvme_core reads only the command line; kmod applies the command line's
+``nvme_core.multipath=`` after every modprobe.d file). ``cmdline``: /proc/cmdline; ``builtin``:
+modules.builtin of the running kernel; ``grub``: /etc/default/grub then grub.d/*.cfg (texts or
+slurp results); ``grubby``: ``grubby --info=DEFAULT`` output (RHEL; wins over grub). Returns
+``{"needed", "reasons", "arg", "builtin", "running", "next", "source", "bootloader_ok",
+"remove" (grubby arguments to drop), "registry_on_cmdline"}``.
+
 kmod reads the files in the order of their names (whatever the directory) and, for one
 parameter given several times, the module keeps the last. The plan therefore moves every
 parameter we own out of the other files in /etc/modprobe.d (their other parameters stay) and
@@ -51,6 +60,7 @@ __all__ = [
     "MODPROBE_DIRS",
     "effective_files",
     "format_registry",
+    "kernel_args_plan",
     "modprobe_plan",
     "parse_options_line",
     "parse_registry",
@@ -223,8 +233,75 @@ def modprobe_plan(
             "conflicts": conflicts}
 
 
+def _slurped(value: Any) -> str:
+    """A slurp result (base64 ``content``; failed or skipped: empty) or plain text."""
+    if isinstance(value, Mapping):
+        if value.get("failed") or value.get("content") is None:
+            return ""
+        try:
+            data = base64.b64decode(str(value["content"])[: 2 * _MAX_FILE])
+        except (binascii.Error, ValueError):
+            return ""
+        return data.decode("utf-8", "replace")
+    return str(value or "")[:_MAX_FILE]
+
+
+def kernel_args_plan(
+    cmdline: Any,
+    builtin: Any,
+    grub: Iterable[Any] | None = None,
+    grubby: str | None = None,
+    multipath: str = "N",
+) -> dict[str, Any]:
+    """Whether nvme_core's multipath must be set on the kernel command line, and what stands
+    in the way (see the module docstring of kernel_args_plan.yml)."""
+    now_text = _slurped(cmdline)
+    builtin_mods = _conf.builtin_modules(_slurped(builtin))
+    if grubby is not None and _conf.grubby_args(grubby) is not None:
+        source, next_text = "grubby --info=DEFAULT", _conf.grubby_args(grubby)
+    elif grub is not None:
+        texts = [_slurped(t) for t in grub]
+        source, next_text = "/etc/default/grub", _conf.grub_cmdline(texts) or ""
+    else:
+        source, next_text = None, None
+    is_builtin = "nvme_core" in builtin_mods
+    now = _conf.kernel_param(now_text, "nvme_core", "multipath")
+    nxt = _conf.kernel_param(next_text, "nvme_core", "multipath") if source else None
+    reasons = []
+    if is_builtin:
+        reasons.append("nvme_core is built into the kernel (modules.builtin): it never reads "
+                       "modprobe.d, only the kernel command line")
+    if now is not None and now != multipath:
+        reasons.append(f"/proc/cmdline sets nvme_core.multipath={now}, which kmod applies "
+                       "after every modprobe.d file")
+    if nxt is not None and nxt != multipath and nxt != now:
+        reasons.append(f"{source} sets nvme_core.multipath={nxt} for the next boot")
+    remove = []
+    if source == "grubby --info=DEFAULT":
+        for word in str(next_text).split():
+            name, _sep, value = word.partition("=")
+            if name.replace("-", "_") == "nvme_core.multipath" and value != multipath:
+                remove.append(word)
+    registry = [f"nvidia.NVreg_RegistryDwords={v} ({where})" for v, where in (
+        (_conf.kernel_param(now_text, "nvidia", "NVreg_RegistryDwords"), "/proc/cmdline"),
+        (_conf.kernel_param(next_text or "", "nvidia", "NVreg_RegistryDwords"), source),
+    ) if v is not None]
+    return {
+        "needed": bool(reasons),
+        "reasons": reasons,
+        "arg": f"nvme_core.multipath={multipath}",
+        "builtin": is_builtin,
+        "running": now,
+        "next": nxt,
+        "source": source,
+        "bootloader_ok": nxt == multipath,
+        "remove": remove,
+        "registry_on_cmdline": registry,
+    }
+
+
 class FilterModule:
-    """gdsfleet.gds.modprobe_plan."""
+    """gdsfleet.gds.modprobe_plan, gdsfleet.gds.kernel_args_plan."""
 
     def filters(self) -> dict[str, Any]:
-        return {"modprobe_plan": modprobe_plan}
+        return {"modprobe_plan": modprobe_plan, "kernel_args_plan": kernel_args_plan}

@@ -112,3 +112,11 @@ def test_registry_dwords_on_the_command_line_replace_modprobe_d() -> None:
     assert conf.status == "fail"
     assert "NVreg_RegistryDwords lacks RMForceStaticBar1=1" in conf.message
     assert "kernel command line" in conf.message
+
+
+def test_grub_snippets_alone_are_the_boot_loader_config() -> None:
+    """No /etc/default/grub, only the role's snippet: still the next boot's arguments."""
+    conf = run(cmdline="ro quiet nvme_core.multipath=N nvme_core.multipath=Y",
+               grub_d=DROP_IN)["p2pdma.modprobe_config"]
+    assert conf.status == "fail"
+    assert "something outside the boot loader" in conf.message

@@ -133,8 +133,8 @@ def boot_params(cmdline: str | None, builtin: str | None, grub: str | None,
     source = args = None
     if grubby is not None and _conf.grubby_args(grubby) is not None:
         source, args = "grubby --info=DEFAULT", _conf.grubby_args(grubby)
-    elif grub is not None:
-        texts = [grub]
+    elif grub is not None or grub_d:
+        texts = [grub or ""]
         try:
             extra = json.loads(grub_d) if grub_d else {}
         except ValueError:

@@ -244,40 +244,87 @@ def find_libcufile() -> dict:
     return {"kind": "probe", "rc": 0 if uniq else None, "out": "\n".join(uniq), "err": ""}
 
 
+# -- modprobe.d, the kernel command line and built-in modules (the p2pdma route) -------------
+# Every directory some kmod reads (kmod >= 32 order); which of them the node's kmod reads, and
+# in which order, the orchestrator decides from `modprobe --version` (the shared parser,
+# plugins/module_utils/modprobe_conf.py). Whole files are sent (bounded), so that lines ending
+# in a backslash are joined there as kmod joins them.
 MODPROBE_DIRS = (
     "/etc/modprobe.d",
     "/run/modprobe.d",
     "/usr/local/lib/modprobe.d",
-    "/lib/modprobe.d",
     "/usr/lib/modprobe.d",
+    "/lib/modprobe.d",
 )
-MODPROBE_MODULES = ("nvidia", "nvme_core", "nvme-core")
+MODPROBE_MAX_FILE = 64 * 1024
+MODPROBE_MAX_TOTAL = 256 * 1024
+# Built-in modules whose parameters come only from the kernel command line.
+BUILTIN_WANTED = ("nvme_core", "nvme-core", "nvme", "nvidia")
+GRUB_DEFAULT = "/etc/default/grub"
+GRUB_DEFAULT_D = "/etc/default/grub.d"
+
+
+def _read_bounded(path: str, limit: int) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
 
 
 def modprobe_options() -> dict:
-    """The `options` lines for the modules the p2pdma route configures, from every modprobe.d
-    directory, plus the list of their *.conf files (a file in /etc hides one of the same name
-    elsewhere): out = {"files": [...], "options": ["<path>:<line>", ...]}."""
+    """Every *.conf file of the modprobe.d directories with its text (bounded) and the node's
+    kmod version: out = {"files": [...], "texts": {path: text}, "kmod_version": "..."}."""
     files = []
-    options = []
+    texts = {}
+    total = 0
+    truncated = []
     for directory in MODPROBE_DIRS:
-        for path in sorted(glob.glob(os.path.join(directory, "*.conf"))):
+        for path in sorted(glob.glob(os.path.join(directory, "*.conf")))[:512]:
             files.append(path)
-            try:
-                with open(path, "rb") as fh:
-                    text = fh.read(MAX_TEXT).decode("utf-8", "replace")
-            except OSError:
+            if total >= MODPROBE_MAX_TOTAL:
+                truncated.append(path)
                 continue
-            for line in text.splitlines():
-                parts = line.split()
-                if len(parts) >= 2 and parts[0] == "options" and parts[1] in MODPROBE_MODULES:
-                    options.append(f"{path}:{line.strip()}")
-    return {
-        "kind": "probe",
-        "rc": 0,
-        "out": json.dumps({"files": files, "options": options}, sort_keys=True),
-        "err": "",
-    }
+            text = _read_bounded(path, min(MODPROBE_MAX_FILE, MODPROBE_MAX_TOTAL - total))
+            if text is None:
+                continue
+            total += len(text)
+            texts[path] = text
+    version = run(["modprobe", "--version"])
+    doc = {"files": files, "texts": texts, "truncated": truncated,
+           "kmod_version": (version.get("out") or "")[:200]}
+    return {"kind": "probe", "rc": 0, "out": json.dumps(doc, sort_keys=True), "err": ""}
+
+
+def boot_args_items() -> dict:
+    """What sets kernel parameters for the next boot: the boot loader's kernel arguments
+    (/etc/default/grub and grub.d on Debian/Ubuntu, `grubby --info=DEFAULT` on RHEL) and which
+    of BUILTIN_WANTED are built into the running kernel (modules.builtin: they never read
+    modprobe.d). /proc/cmdline is the item "cmdline"."""
+    items = {"grub_default": read_file(GRUB_DEFAULT)}
+    parts = {}
+    for path in sorted(glob.glob(os.path.join(GRUB_DEFAULT_D, "*.cfg")))[:64]:
+        text = _read_bounded(path, MODPROBE_MAX_FILE)
+        if text is not None:
+            parts[path] = text
+    items["grub_default_d"] = {"kind": "probe", "rc": 0 if parts else None,
+                               "out": json.dumps(parts, sort_keys=True), "err": ""}
+    items["grubby_info_default"] = run(["grubby", "--info=DEFAULT"])
+    release = platform.uname().release
+    path = os.path.join("/lib/modules", os.path.basename(release), "modules.builtin")
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(4 * MAX_TEXT).decode("utf-8", "replace")
+    except OSError:
+        items["modules_builtin"] = {"kind": "file", "path": path, "rc": None, "out": "",
+                                    "err": "missing"}
+    else:
+        keep = [ln for ln in text.splitlines()
+                if os.path.basename(ln.strip())[:-3] in BUILTIN_WANTED
+                and ln.strip().endswith(".ko")]
+        items["modules_builtin"] = {"kind": "file", "path": path, "rc": 0,
+                                    "out": "\n".join(keep[:64]), "err": ""}
+    return items
 
 
 def nvme_topology() -> dict:
@@ -399,6 +446,7 @@ def gather() -> dict:
     items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
     items["libcufile"] = find_libcufile()
     items["modprobe_options"] = modprobe_options()
+    items.update(boot_args_items())
     items["operator_driver_root"] = listdir(OPERATOR_DRIVER_ROOT)
     items["operator_validations"] = listdir(OPERATOR_VALIDATIONS)
     gdscheck = find_gdscheck()

@@ -24,7 +24,7 @@ from provisioner.verify.model import (
 )
 from provisioner.verify.parsers import nvfs_stats, storage
 from provisioner.verify.parsers.driver import version_tuple
-from provisioner.verify.parsers.modprobe import registry_has
+from provisioner.verify.parsers.modprobe import parse_registry_dwords, registry_has
 from provisioner.verify.policy import Policy
 
 DIRECT_ROUTES = ("nvfs", "p2pdma")
@@ -63,6 +63,10 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
         "gdscheck": (_gc_nvme(facts) or {}).get("route"),
         "stack": stack_present(facts),
     }
+
+
+# nvme_core's multipath parameter is a bool: N, n and 0 turn it off.
+_OFF = ("N", "n", "0")
 
 
 def _block_nvme_p2pdma_off(cf: dict[str, Any]) -> bool:
@@ -462,8 +466,10 @@ class _Checks:
                      "rebuild the initramfs and reboot.")
 
     def _p2pdma_modprobe_config(self, machine: str, running_mp: str | None) -> None:
-        """p2pdma.modprobe_config: modprobe.d keeps both settings for the next boot."""
-        expected = "multipath=N and the RegistryDwords keys in modprobe.d"
+        """p2pdma.modprobe_config: the next boot gets both settings - from modprobe.d as the
+        node's kmod reads it, unless a built-in nvme_core or the kernel command line (which kmod
+        applies after every modprobe.d file) defeats it."""
+        expected = "multipath=N and the RegistryDwords keys for the next boot"
         if not machine.startswith("x86"):
             self.add("p2pdma.modprobe_config", SKIP, expected + " (x86 only)",
                      machine or "unknown", "Skipped: the module options apply to x86.")
@@ -475,30 +481,68 @@ class _Checks:
             return
         mp = conf.get("nvme_multipath") or {}
         reg = conf.get("registry") or {}
-        gaps = []
-        if mp.get("value") not in ("N", "n", "0"):
+        reg_file = (conf.get("registry_dwords") or {}).get("file")
+        now = conf.get("cmdline") or {}
+        boot = conf.get("bootloader") or {}
+        # the next boot's command line: the boot loader's configuration when it was read
+        nxt = boot if boot.get("source") else now
+        src = boot.get("source") or "/proc/cmdline"
+        builtin = "nvme_core" in (conf.get("builtin") or [])
+        gaps: list[str] = []
+        karg = False
+        if builtin:
+            if nxt.get("multipath") not in _OFF:
+                karg = True
+                gaps.append("nvme_core is built into the kernel (modules.builtin), so it never "
+                            "reads modprobe.d, and the kernel command line "
+                            + (f"sets nvme_core.multipath={nxt.get('multipath')}"
+                               if nxt.get("multipath") else "lacks nvme_core.multipath=N")
+                            + f" ({src})")
+        elif nxt.get("multipath") is not None and nxt.get("multipath") not in _OFF:
+            karg = True
+            gaps.append(f"the kernel command line sets nvme_core.multipath={nxt['multipath']} "
+                        f"({src}), which kmod applies after every modprobe.d file")
+        elif mp.get("value") not in _OFF:
             gaps.append(f"nvme_core multipath={mp.get('value') or 'unset'}"
                         + (f" ({mp.get('file')})" if mp.get("file") else ""))
+        reboot_pending = bool((self.f.get("reboot") or {}).get("required"))
+        if (boot.get("source") and nxt.get("multipath") in _OFF and not reboot_pending
+                and now.get("multipath") is not None and now.get("multipath") not in _OFF):
+            karg = True
+            gaps.append(f"/proc/cmdline sets nvme_core.multipath={now['multipath']} although "
+                        f"{src} gives N and no reboot is pending: something outside the boot "
+                        "loader's configuration adds it (firmware, PXE, a built-in command line)")
+        if nxt.get("registry_dwords") is not None:
+            reg = parse_registry_dwords(nxt["registry_dwords"])
+            reg_file = f"the kernel command line ({src})"
         missing = [f"{k}={v}" for k, v in P2PDMA_REGISTRY_KEYS if not registry_has(reg, k, v)]
         if missing:
-            gaps.append("NVreg_RegistryDwords lacks " + ";".join(missing))
+            gaps.append("NVreg_RegistryDwords lacks " + ";".join(missing)
+                        + (f" ({reg_file})" if reg_file and nxt.get("registry_dwords") else ""))
         if not gaps:
-            self.add("p2pdma.modprobe_config", PASS, expected,
-                     f"{mp.get('file')}; {(conf.get('registry_dwords') or {}).get('file')}",
-                     "modprobe.d configures the P2PDMA module options for every boot.")
+            where = "kernel command line" if builtin else mp.get("file")
+            self.add("p2pdma.modprobe_config", PASS, expected, f"{where}; {reg_file}",
+                     "The next boot gets the P2PDMA module options"
+                     + (" (nvme_core is built in: from the kernel command line)." if builtin
+                        else " from modprobe.d."))
             return
         params = self.f.get("nvidia_params") or {}
         running_ok = running_mp == "N" and all(
             registry_has(params.get("registry") or {}, k, v) for k, v in P2PDMA_REGISTRY_KEYS)
+        fix = ("run the gdsfleet.gds.p2pdma role (it writes `options nvme_core multipath=N` "
+               "and merges RMForceStaticBar1=1;RmForceDisableIomapWC=1; into "
+               "NVreg_RegistryDwords, rebuilds the initramfs and records the reboot)")
+        if karg:
+            fix = ("put nvme_core.multipath=N last on the kernel command line: the "
+                   "gdsfleet.gds.p2pdma role does (GRUB: /etc/default/grub.d/"
+                   "99-gdsfleet-p2pdma.cfg and update-grub; RHEL: grubby --update-kernel=ALL "
+                   "--args=nvme_core.multipath=N), or remove what sets it otherwise; "
+                   + fix.replace("run the", "and run the"))
         self.add("p2pdma.modprobe_config", WARN if running_ok else FAIL, expected,
                  "; ".join(gaps),
-                 ("The running modules have the P2PDMA options but modprobe.d does not keep "
-                  "them, so the next boot loses them: " if running_ok else
-                  "modprobe.d does not configure the P2PDMA module options: ")
-                 + "run the gdsfleet.gds.p2pdma role (it writes `options nvme_core multipath=N` "
-                 "and merges RMForceStaticBar1=1;RmForceDisableIomapWC=1; into "
-                 "NVreg_RegistryDwords, rebuilds the initramfs and records the reboot), then "
-                 "reboot.")
+                 ("The running modules have the P2PDMA options but the next boot loses them: "
+                  if running_ok else "The next boot does not get the P2PDMA module options: ")
+                 + "; ".join(gaps) + ". Fix: " + fix + ", then reboot.")
 
     # -- cuFile ------------------------------------------------------------------------------
     def cufile(self) -> None:

@@ -274,6 +274,14 @@ def _module_options_facts(doc: dict[str, Any]) -> dict[str, Any]:
     configured = modprobe.configured_options(str(mp_item.get("out") or "")) if _ok(
         mp_item) else {}
     conf_dwords = (configured.get("nvidia") or {}).get("NVreg_RegistryDwords")
+    kmod_version, kmod_dirs = modprobe.kmod_dirs_for(str(mp_item.get("out") or "")) if _ok(
+        mp_item) else (None, ())
+    boot = modprobe.boot_params(
+        cmdline=_text(doc, "cmdline"),
+        builtin=_text(doc, "modules_builtin"),
+        grub=_text(doc, "grub_default"),
+        grub_d=_text(doc, "grub_default_d"),
+        grubby=_text(doc, "grubby_info_default"))
     return {
         "nvidia_params": {
             "present": params is not None,
@@ -288,6 +296,11 @@ def _module_options_facts(doc: dict[str, Any]) -> dict[str, Any]:
             "registry_dwords": conf_dwords,
             "registry": modprobe.parse_registry_dwords(conf_dwords["value"]) if conf_dwords
             else {},
+            "kmod_version": kmod_version,
+            "dirs": list(kmod_dirs),
+            # what defeats modprobe.d: built-in modules, the kernel command line now
+            # (/proc/cmdline) and for the next boot (the boot loader's configuration)
+            **boot,
         },
     }
 

@@ -43,6 +43,12 @@ DEFAULTS = {
     "SIM_DISTRO_KERNEL": "1",
     "SIM_OPERATOR": "0",
     "SIM_OPERATOR_NVFS_VERSION": "2.25.7",
+    # nvme_core built into the simulated kernel (listed in modules.builtin): it never reads
+    # modprobe.d, its parameters come only from the kernel command line.
+    "SIM_NVME_CORE_BUILTIN": "0",
+    # Kernel parameters the simulated firmware/boot loader adds after GRUB's (words of
+    # [A-Za-z0-9_.=,-]), e.g. nvme_core.multipath=Y: a source the roles cannot edit.
+    "SIM_KERNEL_CMDLINE": "",
 }
 ALLOWED = {
     "SIM_GPU_DRIVER": {"open", "proprietary", "none"},
@@ -54,6 +60,7 @@ ALLOWED = {
     "SIM_DRIVER_SOURCES": {"0", "1"},
     "SIM_DISTRO_KERNEL": {"0", "1"},
     "SIM_OPERATOR": {"0", "1"},
+    "SIM_NVME_CORE_BUILTIN": {"0", "1"},
 }
 GPU_BDFS = ["0000:41:00.0", "0000:61:00.0", "0000:a1:00.0", "0000:c1:00.0",
             "0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:e1:00.0"]
@@ -101,6 +108,8 @@ def resolve_profile(environ: dict[str, str] | None = None) -> dict[str, str]:
     for key, allowed in ALLOWED.items():
         if prof.get(key) not in allowed:
             raise SystemExit(f"gdsfleet-sim: {key}={prof.get(key)!r} not in {sorted(allowed)}")
+    if not re.fullmatch(r"[A-Za-z0-9_.=,\- ]*", prof.get("SIM_KERNEL_CMDLINE", "")):
+        raise SystemExit("gdsfleet-sim: SIM_KERNEL_CMDLINE takes words of [A-Za-z0-9_.=,-]")
     if prof["SIM_GPU_DRIVER"] == "none":
         prof["SIM_GPU_COUNT"] = "0"
     prof["GDSFLEET_SIM_PROFILE"] = name
@@ -235,19 +244,57 @@ def patched_nvme() -> bool:
     return dkms_module_info("nvme") is not None
 
 
+# kmod 30 (what the stand-in modprobe reports): these directories, in this order; one file per
+# name (an earlier directory hides the same name later), read in the order of the names; a
+# line ending in a backslash continues on the next; the kernel command line's module.param=
+# after every file (kmod-project/kmod v30 libkmod/libkmod.c, libkmod-config.c).
+KMOD_DIRS = ("/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.d", "/lib/modprobe.d")
+GRUB_STATE = "/var/lib/gdsfleet-sim/grub-cmdline"
+BUILTIN_MODULES = {"nvme_core": "kernel/drivers/nvme/host/nvme-core.ko"}
+
+
+def builtin(module: str) -> bool:
+    """Whether the simulated kernel has ``module`` built in (SIM_NVME_CORE_BUILTIN)."""
+    name = module.replace("-", "_")
+    return name == "nvme_core" and profile().get("SIM_NVME_CORE_BUILTIN", "0") == "1"
+
+
+def _cmdline_params(module: str) -> dict[str, str]:
+    """``module.k=v`` words of this boot's command line (written by the init before any module
+    loads), in order."""
+    want = module.replace("-", "_")
+    text = read(CMDLINE) or cmdline_text()
+    out: dict[str, str] = {}
+    for word in text.split():
+        name, eq, value = word.partition("=")
+        mod, dot, param = name.partition(".")
+        if dot and eq and mod.replace("-", "_") == want:
+            out[param] = value.strip('"')
+    return out
+
+
 def modprobe_options(module: str) -> dict[str, str]:
-    """`options <module> k=v ...` lines from /etc/modprobe.d/*.conf (and /lib/modprobe.d)."""
+    """The parameters kmod 30 gives ``module``: its `options` lines from the modprobe.d files,
+    then the kernel command line's ``module.param=``; a built-in module only the latter."""
     opts: dict[str, str] = {}
     want = module.replace("-", "_")
-    files = sorted(glob.glob("/lib/modprobe.d/*.conf"))
-    files += sorted(glob.glob("/etc/modprobe.d/*.conf"))
-    for path in files:
-        for line in read(path).splitlines():
-            parts = line.split("#", 1)[0].split()
+    if builtin(want):
+        return _cmdline_params(want)
+    by_name: dict[str, str] = {}
+    for directory in KMOD_DIRS:
+        for path in sorted(glob.glob(directory + "/*.conf")):
+            by_name.setdefault(os.path.basename(path), path)
+    for name in sorted(by_name):
+        text = read(by_name[name]).replace("\\\n", "")
+        for line in text.splitlines():
+            parts = line.split()
+            if parts and parts[0].startswith("#"):
+                continue
             if len(parts) >= 3 and parts[0] == "options" and parts[1].replace("-", "_") == want:
                 for kv in parts[2:]:
                     k, _, v = kv.partition("=")
                     opts[k] = v.strip('"')
+    opts.update(_cmdline_params(want))
     return opts
 
 
@@ -396,8 +443,11 @@ def kallsyms_has(symbol: str) -> bool:
 def cmdline_text() -> str:
     iommu = {"off": "intel_iommu=off amd_iommu=off", "pt": "intel_iommu=on iommu=pt",
              "on": "intel_iommu=on"}[profile()["SIM_IOMMU"]]
+    # GRUB's arguments as the stand-in update-grub last recorded them, then the firmware's.
+    grub = " ".join(read(GRUB_STATE).split())
+    extra = " ".join(profile().get("SIM_KERNEL_CMDLINE", "").split())
     return (f"BOOT_IMAGE=/boot/vmlinuz-{kernel()} root=UUID=5b2a7c9e-3f1d-4c6a-9e0b-1d2c3b4a5f60 "
-            f"ro {iommu} quiet\n")
+            + " ".join(w for w in (f"ro {iommu}", grub or "quiet", extra) if w) + "\n")
 
 
 # ----------------------------------------------------------------------------- nvidia-fs

@@ -180,7 +180,8 @@ def test_worker_info_parsed_and_bounded() -> None:
 
 # ------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("case", ["missing", "empty", "unreadable", "nogroup"])
-def test_bad_exec_inventory_is_refused_with_the_fix(tmp_path: Path, case: str) -> None:
+def test_bad_exec_inventory_is_refused_with_the_fix(tmp_path: Path, case: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from provisioner.rollout.executors.ssh import load_exec_inventory
 
     path = tmp_path / "exec.ini"
@@ -189,11 +190,10 @@ def test_bad_exec_inventory_is_refused_with_the_fix(tmp_path: Path, case: str) -
     elif case == "unreadable":
         path.write_text("[gdsfleet_exec]\ne1 ansible_host=127.0.0.1\n")
         path.chmod(0)
-        if os.access(path, os.R_OK):  # root reads anything: make it a folder it cannot list
-            path.chmod(0o600)
-            path.unlink()
-            path.mkdir(mode=0)
-            pytest.skip("root can read any file") if os.access(path, os.X_OK) else None
+        if os.geteuid() == 0:  # root reads any file: answer as an ordinary user's kernel would
+            real = os.access
+            monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == path
+                                else real(p, mode, **kw))
     elif case == "nogroup":
         path.write_text("[other]\ne1 ansible_host=127.0.0.1\n")
     with pytest.raises(UsageError) as err:
@@ -315,6 +315,11 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
     assert seen, "the sampler saw no process"
     assert not [c for c in seen if CANARY in c or CANARY_FILE in c]
     assert not list((lab["root"] / "work").iterdir())
+    for f in tmp_path.rglob("*"):  # nor in the ledger or the runner folders here
+        assert not f.is_file() or CANARY.encode() not in f.read_bytes(), f
+    arts = list((tmp_path / "runner" / "artifacts").glob("*-s[01]"))
+    assert len(arts) == 2 and all(oct(a.stat().st_mode & 0o777) == "0o700" for a in arts)
+    assert json.loads((arts[0] / "hosts.json").read_text())["final_stats"] is True
 
 
 def _sample_cmdlines(seen: list[str], stop: threading.Event) -> None:

@@ -570,6 +570,15 @@ class SshExecutor:
         for h in shard:
             outcomes.setdefault(h, HostOutcome(h, HostStatus.NOT_RUN,
                                                message="the play did not reach this host"))
+        if private_data_dir:
+            from provisioner.rollout.runner import _scrub_artifacts, _write_outcomes
+
+            art = local / "artifacts" / ident
+            if art.is_dir():
+                _write_outcomes(art / "hosts.json", str(playbook),
+                                worker_status[-1] if worker_status else "error", rc,
+                                collector.saw_stats, error, outcomes)
+            _scrub_artifacts(local)  # 0700/0600, as the local executor leaves them
         if record.id is not None:
             counts: dict[str, int] = {}
             for o in outcomes.values():

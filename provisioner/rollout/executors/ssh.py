@@ -336,6 +336,8 @@ class SshExecutor:
         self.state_dir = Path(state_dir) if state_dir else None
         self._tmp = Path(tempfile.mkdtemp(prefix="gdsfleet-exec-"))  # 0700
         self._known: dict[str, Path] = {}
+        self._procs: set[subprocess.Popen[bytes]] = set()  # ssh clients of running shards
+        self._procs_lock = threading.Lock()
         for n in nodes:  # an unknown key refuses here, before any change
             self._known[n.name] = pinned_known_hosts(n, opts, self._tmp / f"known_hosts.{n.name}")
 
@@ -389,11 +391,20 @@ class SshExecutor:
         threads = [threading.Thread(target=one, args=(i, name, shard), daemon=True,
                                     name=f"gdsfleet-shard-{name}")
                    for i, (name, shard) in enumerate(shards.items())]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
+        with interrupts.deferred():  # a signal only records the stop; polled below
+            for t in threads:
+                t.start()
+            stopping = False
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+                    if interrupts.requested() and not stopping:
+                        # SIGINT/SIGTERM: cut every shard's ssh; its stream ends, its thread
+                        # returns (the worker there stops at its next write; no fencing yet)
+                        stopping = True
+                        with self._procs_lock:
+                            for proc in list(self._procs):
+                                _kill(proc)
         interrupts.check()
         outcomes: dict[str, HostOutcome] = {}
         for name, shard in shards.items():
@@ -474,6 +485,8 @@ class SshExecutor:
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True)
             assert proc.stdin is not None and proc.stdout is not None  # noqa: S101
+            with self._procs_lock:
+                self._procs.add(proc)
             err_chunks: list[bytes] = []
 
             def drain_stderr() -> None:
@@ -521,6 +534,8 @@ class SshExecutor:
             t_err.join(5)
             stderr_tail = b"".join(err_chunks)[-2000:]
         finally:
+            with self._procs_lock:
+                self._procs.discard(proc)  # type: ignore[arg-type]
             if proc is not None and proc.poll() is None:
                 _kill(proc)
                 proc.wait()

@@ -385,3 +385,46 @@ def test_killed_worker_leaves_its_hosts_lost(lab: dict[str, Any], env: None,
     from provisioner.rollout import guard
 
     guard.sweep(rows[0]["token"])
+
+
+@needs_sshd
+def test_sigint_cuts_the_shards_at_once(lab: dict[str, Any], env: None, tmp_path: Path) -> None:
+    import subprocess
+
+    root: Path = lab["root"]
+    ledger = tmp_path / "i.sqlite"
+    full = dict(os.environ)
+    full["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    err = (tmp_path / "stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "provisioner", "rollout", "-i", str(lab["targets"]),
+         "--playbook", str(root / "play.yml"), "--no-verify", "--waves", "100%",
+         "--ledger", str(ledger), "--known-hosts", str(root / "known_hosts"),
+         "--ssh-config", "none", "-q", "-e", f"api_token={CANARY}",
+         "-e", f"@{root / 'secrets.yml'}", "-e", "pause=30", "--executor", "ssh",
+         "--exec-inventory", str(lab["exec"])],
+        env=full, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(root.glob("work/shard.*"))) < 2:
+            time.sleep(0.1)
+        time.sleep(3)  # both plays in their 30 s sleep
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        rc = proc.wait(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    assert rc == 130, (tmp_path / "stderr").read_text()
+    assert took < 20  # generous: the plays still had over 20 s to sleep
+    run_id, steps = _outcomes(ledger)
+    assert set(steps.values()) == {"interrupted"}, steps
+    from provisioner.rollout import guard
+
+    with Ledger.open(ledger) as led:
+        for row in led.dispatches(run_id):  # no fencing yet: stop what the workers left
+            guard.sweep(row["token"])
+    for pid in _worker_pids(root / "work"):
+        os.kill(pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ installed in the virtual environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -424,7 +425,22 @@ def test_sigint_cuts_the_shards_at_once(lab: dict[str, Any], env: None, tmp_path
     from provisioner.rollout import guard
 
     with Ledger.open(ledger) as led:
-        for row in led.dispatches(run_id):  # no fencing yet: stop what the workers left
-            guard.sweep(row["token"])
+        rows = led.dispatches(run_id)
+    # every shard's ssh was cut and its dispatch closed, none left behind by the coordinator
+    assert sorted(r["state"] for r in rows) == ["lost", "lost"]
+    ours = str(lab["exec"]).encode()
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _is_our_ssh(pid, root)]
+    assert not left, ours
+    for row in rows:  # no fencing yet: stop what the workers left
+        guard.sweep(row["token"])
     for pid in _worker_pids(root / "work"):
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _is_our_ssh(pid: str, root: Path) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmd) and cmd[0].endswith(b"/ssh") and str(root / "work").encode() in b" ".join(cmd)

@@ -177,6 +177,24 @@ def test_worker_info_parsed_and_bounded() -> None:
     with pytest.raises(ValueError):
         parse_worker_info("[1, 2]")
     assert parse_worker_info("{runner_version: \"\\e[31mx\", cpu_count: -1}")["cpu_count"] is None
+    # aliases nest without bound when printed: only scalars are taken
+    bomb = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abc", "bcd", strict=True)) + "runner_version: *d\nerrors: [*d]\n"
+    info = parse_worker_info(bomb)
+    assert info["runner_version"] is None and info["errors"] == [None]
+
+
+def test_shard_by_var_reads_group_and_host_vars(tmp_path: Path) -> None:
+    from provisioner.inventory import load_inventory
+    from provisioner.rollout.executors.shard import inventory_values
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  children:\n    rack1:\n      vars: {rack: r1}\n      hosts:\n"
+                   "        n1: {ansible_host: 127.0.0.2}\n        n2: {rack: r9}\n")
+    value_of = inventory_values(load_inventory(inv).manager)
+    assert value_of("n1", "rack") == "r1" and value_of("n2", "rack") == "r9"
+    assert value_of("n1", "site") is None
 
 
 # ------------------------------------------------------------------------- bad input

@@ -86,7 +86,10 @@ class NodeInfo:
 def _str(value: Any, limit: int = 80) -> str | None:
     from provisioner.sanitize import printable
 
-    return None if value is None else printable(str(value))[:limit]
+    # scalars only: str() of a YAML structure built from aliases can be exponentially long
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    return printable(str(value)[:limit])[:limit]
 
 
 def parse_worker_info(text: str) -> dict[str, Any]:

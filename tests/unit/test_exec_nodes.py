@@ -462,3 +462,24 @@ def _is_our_ssh(pid: str, root: Path) -> bool:
     except OSError:
         return False
     return bool(cmd) and cmd[0].endswith(b"/ssh") and str(root / "work").encode() in b" ".join(cmd)
+
+
+def test_dispatches_table_added_to_an_older_ledger_and_optional_read_only(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with Ledger.open(path) as led:
+        run = led.start_run("rollout", "fleet")
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE dispatches")  # a ledger written before the table existed
+    con.commit()
+    con.close()
+    with Ledger.open(path, read_only=True) as led:  # status, history, report: still open
+        assert led.dispatches(run) == []
+    with Ledger.open(path) as led:  # the next write open adds it
+        did = led.record_dispatch(run, 0, 1, "e1", "tok", None, "dispatching", ["n1"])
+        led.update_dispatch(did, "done", {"ssh_rc": 0})
+        rows = led.dispatches(run)
+    assert [(r["exec_node"], r["state"], r["hosts"], r["detail"]) for r in rows] == [
+        ("e1", "done", ["n1"], {"ssh_rc": 0})]

@@ -443,165 +443,173 @@ class SshExecutor:
         if self.ledger is not None and run_tag:
             record.id = self.ledger.record_dispatch(run_tag, wave, index, node.name, token,
                                                     deadline, "dispatching", shard)
-        job = Path(tempfile.mkdtemp(prefix="gdsfleet-job-", dir=self._tmp))  # what is sent
-        local = (private_dir(Path(private_data_dir), narrow=True) if private_data_dir
-                 else Path(tempfile.mkdtemp(prefix="gdsfleet-proc-", dir=self._tmp)))
-        event_log = EventLog(local / "artifacts" / ident / "events.jsonl") \
-            if private_data_dir else None
-        collector = EventCollector(shard, on_host_event, sink=event_log)
-        proc: subprocess.Popen[bytes] | None = None
-        worker_status: list[str] = []
-        stderr_tail = b""
-        rc: int | None = None
         try:
-            inv_rel = _copy_inventory(inventory, job)
-            if looks_like_fqcn(playbook):
-                pb = playbook
-            else:
-                private_dir(job / "project")
-                shutil.copy2(playbook, job / "project" / Path(playbook).name)
-                pb = str(job / "project" / Path(playbook).name)
-            private_dir(job / "env")
-            if extravars:
-                write_private(job / "env" / "extravars", json.dumps(dict(extravars)))
-            (job / "env" / "settings").write_text(
-                "pexpect_timeout: 0.5\nsuppress_output_file: true\n", encoding="utf-8")
-            env = {k: v for k, v in envvars.items() if k not in _DROPPED_ENV
-                   and not k.startswith("ANSIBLE_SSH_CONTROL_PATH")}
-            env.update({"ANSIBLE_RETRY_FILES_ENABLED": "False",
-                        "ANSIBLE_HOST_KEY_CHECKING": "True", guard.TOKEN_ENV: token})
-            env.pop("ANSIBLE_COLLECTIONS_PATH", None)  # the execution node's own collection
-            kwargs: dict[str, Any] = {
-                "private_data_dir": str(job), "playbook": pb,
-                # absolute here: the transmitter makes them relative to the job (a relative
-                # path that does not exist here would be taken as inventory text)
-                "inventory": str(job / inv_rel),
-                "limit": ",".join(shard), "forks": max(1, int(self.forks_per_node or forks)),
-                "envvars": env, "ident": ident, "quiet": True, "suppress_env_files": True,
-            }
-            if timeout:
-                kwargs["timeout"] = timeout
-            proc = subprocess.Popen(self.argv(node, worker_command(node)),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
-            assert proc.stdin is not None and proc.stdout is not None  # noqa: S101
-            with self._procs_lock:
-                self._procs.add(proc)
-            err_chunks: list[bytes] = []
-
-            def drain_stderr() -> None:
-                assert proc is not None and proc.stderr is not None  # noqa: S101
-                total = 0
-                for chunk in iter(lambda: proc.stderr.read(4096), b""):  # type: ignore[union-attr]
-                    total += len(chunk)
-                    err_chunks.append(chunk)
-                    while total > MAX_STDERR and len(err_chunks) > 1:
-                        total -= len(err_chunks.pop(0))
-
-            t_err = threading.Thread(target=drain_stderr, daemon=True)
-            t_err.start()
-
-            def transmit() -> None:
-                assert proc is not None and proc.stdin is not None  # noqa: S101
-                try:
-                    ansible_runner.run(streamer="transmit", _output=proc.stdin, **kwargs)
-                except (OSError, ValueError):
-                    pass  # ssh gone: the process side sees the stream end
-                finally:
-                    with contextlib.suppress(OSError):
-                        proc.stdin.close()
-
-            t_tx = threading.Thread(target=transmit, daemon=True)
-            t_tx.start()
-            if record.id is not None:
-                self.ledger.update_dispatch(record.id, "running")
-
-            def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
-                worker_status.append(str(data.get("status", ""))[:32])
-
-            ansible_runner.run(
-                streamer="process", _input=_BoundedReader(proc.stdout),
-                private_data_dir=str(local), ident=ident, quiet=True,
-                event_handler=collector.handle, status_handler=on_status,
-                settings={"suppress_output_file": True},
-            )
-            t_tx.join(30)
+            job = Path(tempfile.mkdtemp(prefix="gdsfleet-job-", dir=self._tmp))  # what is sent
+            local = (private_dir(Path(private_data_dir), narrow=True) if private_data_dir
+                     else Path(tempfile.mkdtemp(prefix="gdsfleet-proc-", dir=self._tmp)))
+            event_log = EventLog(local / "artifacts" / ident / "events.jsonl") \
+                if private_data_dir else None
+            collector = EventCollector(shard, on_host_event, sink=event_log)
+            proc: subprocess.Popen[bytes] | None = None
+            worker_status: list[str] = []
+            stderr_tail = b""
+            rc: int | None = None
             try:
-                rc = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill(proc)
-                rc = proc.wait()
-            t_err.join(5)
-            stderr_tail = b"".join(err_chunks)[-2000:]
-        finally:
-            with self._procs_lock:
-                self._procs.discard(proc)  # type: ignore[arg-type]
-            if proc is not None and proc.poll() is None:
-                _kill(proc)
-                proc.wait()
-            if proc is not None:
-                for stream in (proc.stdin, proc.stdout, proc.stderr):
-                    with contextlib.suppress(OSError):
-                        if stream is not None:
-                            stream.close()
-            if event_log is not None:
-                event_log.close()
-            shutil.rmtree(job, ignore_errors=True)
-            if not private_data_dir:
-                shutil.rmtree(local, ignore_errors=True)
-        outcomes = {h: o for h, o in collector.outcomes().items() if h in set(shard)}
-        worker_ran = any(s in ("starting", "running", "successful", "failed", "timeout",
-                               "canceled") for s in worker_status)
-        # the worker's own last word (the stream ended as the protocol says); a cut stream
-        # leaves the Processor's "error" last
-        completed = bool(worker_status) and worker_status[-1] in (
-            "successful", "failed", "timeout", "canceled")
-        error = None
-        why = _shown(stderr_tail)
-        if not collector.saw_stats and not worker_ran:
-            # the execution node never started the job: not the hosts' failure
-            msg = (f"execution node {node.name} did not run the job (ssh rc={rc}"
-                   + (f": {why}" if why else "") + ")")
-            outcomes = {h: HostOutcome(h, HostStatus.LOST, message=msg) for h in shard}
-            state = "unreachable"
-        elif (completed and not collector.saw_stats and not collector.started
-              and not collector.seen_any):
-            # the worker finished and says the playbook never began (syntax error, missing
-            # role): every host failed, as with the local executor
-            tail = "\n".join(collector.stdout_tail[-8:]) or f"worker status {worker_status[-1]}"
-            error = f"the playbook did not run on {node.name}: {tail}"[:2000]
-            outcomes = {h: HostOutcome(h, HostStatus.FAILED, message=error) for h in shard}
-            state = "failed"
-        elif not collector.saw_stats:
-            suffix = f" (execution node {node.name}, ssh rc={rc}" + (
-                f": {why}" if why else "") + ")"
-            outcomes = {h: HostOutcome(o.host, o.status, ok=o.ok, changed=o.changed,
-                                       skipped=o.skipped, failed_task=o.failed_task,
-                                       message=(o.message or "")[:1400] + suffix)
-                        for h, o in outcomes.items()}
-            state = "lost"
-        else:
-            state = "done"
-        for h in shard:
-            outcomes.setdefault(h, HostOutcome(h, HostStatus.NOT_RUN,
-                                               message="the play did not reach this host"))
-        if private_data_dir:
-            from provisioner.rollout.runner import _scrub_artifacts, _write_outcomes
+                inv_rel = _copy_inventory(inventory, job)
+                if looks_like_fqcn(playbook):
+                    pb = playbook
+                else:
+                    private_dir(job / "project")
+                    shutil.copy2(playbook, job / "project" / Path(playbook).name)
+                    pb = str(job / "project" / Path(playbook).name)
+                private_dir(job / "env")
+                if extravars:
+                    write_private(job / "env" / "extravars", json.dumps(dict(extravars)))
+                (job / "env" / "settings").write_text(
+                    "pexpect_timeout: 0.5\nsuppress_output_file: true\n", encoding="utf-8")
+                env = {k: v for k, v in envvars.items() if k not in _DROPPED_ENV
+                       and not k.startswith("ANSIBLE_SSH_CONTROL_PATH")}
+                env.update({"ANSIBLE_RETRY_FILES_ENABLED": "False",
+                            "ANSIBLE_HOST_KEY_CHECKING": "True", guard.TOKEN_ENV: token})
+                env.pop("ANSIBLE_COLLECTIONS_PATH", None)  # the execution node's own collection
+                kwargs: dict[str, Any] = {
+                    "private_data_dir": str(job), "playbook": pb,
+                    # absolute here: the transmitter makes them relative to the job (a relative
+                    # path that does not exist here would be taken as inventory text)
+                    "inventory": str(job / inv_rel),
+                    "limit": ",".join(shard), "forks": max(1, int(self.forks_per_node or forks)),
+                    "envvars": env, "ident": ident, "quiet": True, "suppress_env_files": True,
+                }
+                if timeout:
+                    kwargs["timeout"] = timeout
+                proc = subprocess.Popen(self.argv(node, worker_command(node)),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+                assert proc.stdin is not None and proc.stdout is not None  # noqa: S101
+                with self._procs_lock:
+                    self._procs.add(proc)
+                err_chunks: list[bytes] = []
 
-            art = local / "artifacts" / ident
-            if art.is_dir():
-                _write_outcomes(art / "hosts.json", str(playbook),
-                                worker_status[-1] if worker_status else "error", rc,
-                                collector.saw_stats, error, outcomes)
-            _scrub_artifacts(local)  # 0700/0600, as the local executor leaves them
-        if record.id is not None:
-            counts: dict[str, int] = {}
-            for o in outcomes.values():
-                counts[o.status.value] = counts.get(o.status.value, 0) + 1
-            self.ledger.update_dispatch(record.id, state, {"ssh_rc": rc, "outcomes": counts})
-        final = worker_status[-1] if worker_status else "error"
-        return PlaybookResult(str(playbook), rc, final if collector.saw_stats else "error",
-                              outcomes, error=error)
+                def drain_stderr() -> None:
+                    assert proc is not None and proc.stderr is not None  # noqa: S101
+                    total = 0
+                    for chunk in iter(lambda: proc.stderr.read(4096), b""):  # type: ignore[union-attr]
+                        total += len(chunk)
+                        err_chunks.append(chunk)
+                        while total > MAX_STDERR and len(err_chunks) > 1:
+                            total -= len(err_chunks.pop(0))
+
+                t_err = threading.Thread(target=drain_stderr, daemon=True)
+                t_err.start()
+
+                def transmit() -> None:
+                    assert proc is not None and proc.stdin is not None  # noqa: S101
+                    try:
+                        ansible_runner.run(streamer="transmit", _output=proc.stdin, **kwargs)
+                    except (OSError, ValueError):
+                        pass  # ssh gone: the process side sees the stream end
+                    finally:
+                        with contextlib.suppress(OSError):
+                            proc.stdin.close()
+
+                t_tx = threading.Thread(target=transmit, daemon=True)
+                t_tx.start()
+                if record.id is not None:
+                    self.ledger.update_dispatch(record.id, "running")
+
+                def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
+                    worker_status.append(str(data.get("status", ""))[:32])
+
+                ansible_runner.run(
+                    streamer="process", _input=_BoundedReader(proc.stdout),
+                    private_data_dir=str(local), ident=ident, quiet=True,
+                    event_handler=collector.handle, status_handler=on_status,
+                    settings={"suppress_output_file": True},
+                )
+                t_tx.join(30)
+                try:
+                    rc = proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    _kill(proc)
+                    rc = proc.wait()
+                t_err.join(5)
+                stderr_tail = b"".join(err_chunks)[-2000:]
+            finally:
+                with self._procs_lock:
+                    self._procs.discard(proc)  # type: ignore[arg-type]
+                if proc is not None and proc.poll() is None:
+                    _kill(proc)
+                    proc.wait()
+                if proc is not None:
+                    for stream in (proc.stdin, proc.stdout, proc.stderr):
+                        with contextlib.suppress(OSError):
+                            if stream is not None:
+                                stream.close()
+                if event_log is not None:
+                    event_log.close()
+                shutil.rmtree(job, ignore_errors=True)
+                if not private_data_dir:
+                    shutil.rmtree(local, ignore_errors=True)
+            outcomes = {h: o for h, o in collector.outcomes().items() if h in set(shard)}
+            worker_ran = any(s in ("starting", "running", "successful", "failed", "timeout",
+                                   "canceled") for s in worker_status)
+            # the worker's own last word (the stream ended as the protocol says); a cut stream
+            # leaves the Processor's "error" last
+            completed = bool(worker_status) and worker_status[-1] in (
+                "successful", "failed", "timeout", "canceled")
+            error = None
+            why = _shown(stderr_tail)
+            if not collector.saw_stats and not worker_ran:
+                # the execution node never started the job: not the hosts' failure
+                msg = (f"execution node {node.name} did not run the job (ssh rc={rc}"
+                       + (f": {why}" if why else "") + ")")
+                outcomes = {h: HostOutcome(h, HostStatus.LOST, message=msg) for h in shard}
+                state = "unreachable"
+            elif (completed and not collector.saw_stats and not collector.started
+                  and not collector.seen_any):
+                # the worker finished and says the playbook never began (syntax error, missing
+                # role): every host failed, as with the local executor
+                tail = "\n".join(collector.stdout_tail[-8:]) or f"worker status {worker_status[-1]}"
+                error = f"the playbook did not run on {node.name}: {tail}"[:2000]
+                outcomes = {h: HostOutcome(h, HostStatus.FAILED, message=error) for h in shard}
+                state = "failed"
+            elif not collector.saw_stats:
+                suffix = f" (execution node {node.name}, ssh rc={rc}" + (
+                    f": {why}" if why else "") + ")"
+                outcomes = {h: HostOutcome(o.host, o.status, ok=o.ok, changed=o.changed,
+                                           skipped=o.skipped, failed_task=o.failed_task,
+                                           message=(o.message or "")[:1400] + suffix)
+                            for h, o in outcomes.items()}
+                state = "lost"
+            else:
+                state = "done"
+            for h in shard:
+                outcomes.setdefault(h, HostOutcome(h, HostStatus.NOT_RUN,
+                                                   message="the play did not reach this host"))
+            if private_data_dir:
+                from provisioner.rollout.runner import _scrub_artifacts, _write_outcomes
+
+                art = local / "artifacts" / ident
+                if art.is_dir():
+                    _write_outcomes(art / "hosts.json", str(playbook),
+                                    worker_status[-1] if worker_status else "error", rc,
+                                    collector.saw_stats, error, outcomes)
+                _scrub_artifacts(local)  # 0700/0600, as the local executor leaves them
+            if record.id is not None:
+                counts: dict[str, int] = {}
+                for o in outcomes.values():
+                    counts[o.status.value] = counts.get(o.status.value, 0) + 1
+                self.ledger.update_dispatch(record.id, state, {"ssh_rc": rc, "outcomes": counts})
+            final = worker_status[-1] if worker_status else "error"
+            return PlaybookResult(str(playbook), rc, final if collector.saw_stats else "error",
+                                  outcomes, error=error)
+        except Exception as exc:
+            # the dispatch is never left "running" by an error here (its hosts: lost)
+            if record.id is not None:
+                with contextlib.suppress(Exception):
+                    self.ledger.update_dispatch(record.id, "error",
+                                                {"error": type(exc).__name__})
+            raise
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -63,11 +63,13 @@ PLAYBOOK = """\
 """
 
 HOSTS = [f"127.0.0.{i}" for i in range(2, 8)]
+# two racks that the stable hash places on different execution nodes (e1, e2)
+RACKS = {h: ("rack-a", "rack-b")[i % 2] for i, h in enumerate(HOSTS)}
 
 
 def _targets(root: Path) -> Path:
     inv = root / "targets.ini"
-    lines = ["[gpu]"] + [f"{h} rack=r{i % 2}" for i, h in enumerate(HOSTS)]
+    lines = ["[gpu]"] + [f"{h} rack={RACKS[h]}" for h in HOSTS]
     lines += ["", "[all:vars]", "ansible_connection=local",
               f"ansible_python_interpreter={sys.executable}"]
     inv.write_text("\n".join(lines) + "\n")
@@ -317,7 +319,8 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
     try:
         rc_local = _rollout(lab, tmp_path / "local.sqlite")
         rc_ssh = _rollout(lab, tmp_path / "ssh.sqlite", "--executor", "ssh", "--exec-inventory",
-                          str(lab["exec"]), "--forks-per-exec-node", "3")
+                          str(lab["exec"]), "--forks-per-exec-node", "3",
+                          "--shard-by", "var:rack")
     finally:
         stop.set()
         sampler.join()
@@ -330,6 +333,8 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
     assert {r["exec_node"] for r in rows} == {"e1", "e2"}
     assert all(r["state"] == "done" and r["token"].startswith(run_id) for r in rows)
     assert sorted(h for r in rows for h in r["hosts"]) == sorted(HOSTS)
+    assert sorted(tuple(sorted({RACKS[h] for h in r["hosts"]})) for r in rows) == [
+        ("rack-a",), ("rack-b",)]  # --shard-by var:rack: one rack per execution node
     # the secrets never showed in a command line, and nothing is left on the nodes
     assert seen, "the sampler saw no process"
     assert not [c for c in seen if CANARY in c or CANARY_FILE in c]

@@ -343,7 +343,10 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
         assert not f.is_file() or CANARY.encode() not in f.read_bytes(), f
     arts = list((tmp_path / "runner" / "artifacts").glob("*-s[01]"))
     assert len(arts) == 2 and all(oct(a.stat().st_mode & 0o777) == "0o700" for a in arts)
-    assert json.loads((arts[0] / "hosts.json").read_text())["final_stats"] is True
+    for art in arts:  # the stream ended as the protocol says (the archive skipped, eof read)
+        doc = json.loads((art / "hosts.json").read_text())
+        assert doc["final_stats"] is True and doc["status"] in ("successful", "failed"), doc
+        assert not (art / "command").exists()  # the worker's artifacts were not unpacked
 
 
 def _sample_cmdlines(seen: list[str], stop: threading.Event) -> None:
@@ -488,3 +491,46 @@ def test_dispatches_table_added_to_an_older_ledger_and_optional_read_only(
         rows = led.dispatches(run)
     assert [(r["exec_node"], r["state"], r["hosts"], r["detail"]) for r in rows] == [
         ("e1", "done", ["n1"], {"ssh_rc": 0})]
+
+
+def _hostile_stream(outside: Path) -> bytes:
+    """A worker stream whose artifacts archive holds a symbolic link to ``outside`` and a file
+    written through it (the archive layout of ansible-runner 2.4.3's stream_dir,
+    src/ansible_runner/utils/streaming.py, tag 2.4.3)."""
+    import base64
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        link = zipfile.ZipInfo("link")
+        link.create_system = 3
+        link.external_attr = (0o777 | 0xA000) << 16
+        zf.writestr(link, str(outside))
+        zf.writestr("link/pwned", "written through the link")
+    raw = buf.getvalue()
+    return (json.dumps({"status": "successful"}).encode() + b"\n"
+            + json.dumps({"zipfile": len(raw)}).encode() + b"\n" + base64.b64encode(raw)
+            + json.dumps({"eof": True}).encode() + b"\n")
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_worker_archive_is_never_unpacked(tmp_path: Path, guarded: bool) -> None:
+    import io
+
+    import ansible_runner
+
+    from provisioner.rollout.executors.ssh import _BoundedReader
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    stream: Any = io.BytesIO(_hostile_stream(outside))
+    statuses: list[str] = []
+    ansible_runner.run(streamer="process", _input=_BoundedReader(stream) if guarded else stream,
+                       private_data_dir=str(tmp_path / "pdd"), ident="x", quiet=True,
+                       status_handler=lambda d, runner_config=None: statuses.append(d["status"]))
+    if guarded:
+        assert not (outside / "pwned").exists()
+        assert statuses == ["successful"]  # the eof after the archive was read
+    else:  # what ansible-runner does with it unguarded: the reason for the guard
+        assert (outside / "pwned").exists()

@@ -236,14 +236,37 @@ def worker_command(node: ExecNode) -> str:
 
 
 class _BoundedReader:
-    """ssh's stdout for ansible-runner's Processor: a line longer than MAX_LINE is cut (the
-    Processor then fails to parse it and stops: the shard's hosts become lost)."""
+    """ssh's stdout for ansible-runner's Processor.
+
+    A line longer than MAX_LINE is cut (the Processor then fails to parse it and stops: the
+    shard's hosts become lost). The worker's artifacts archive (a ``{"zipfile": N}`` line, then
+    N bytes base64-encoded, with no line break) is skipped here, never unpacked: ansible-runner
+    2.4.3's ``unstream_dir`` recreates the archive's symbolic links and then extracts through
+    them, so an execution node could write anywhere the coordinator can; and gdsfleet needs
+    only the events, which it keeps itself."""
 
     def __init__(self, raw: Any) -> None:
         self._raw = raw
+        self.skipped_archives = 0
 
     def readline(self, size: int = -1) -> bytes:
-        return bytes(self._raw.readline(MAX_LINE))
+        while True:
+            line = bytes(self._raw.readline(MAX_LINE))
+            if not line.startswith(b'{"zipfile"'):
+                return line
+            try:
+                length = int(json.loads(line)["zipfile"])
+            except (ValueError, KeyError, TypeError):
+                return line  # the Processor reports it
+            if length < 0:
+                return b""
+            remaining = 4 * ((length + 2) // 3)  # base64 of length bytes, no padding lost
+            while remaining > 0:
+                chunk = self._raw.read(min(remaining, 1 << 20))
+                if not chunk:
+                    return b""  # the stream ended inside the archive: cut
+                remaining -= len(chunk)
+            self.skipped_archives += 1
 
     def read(self, size: int = -1) -> bytes:
         return bytes(self._raw.read(size))

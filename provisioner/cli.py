@@ -29,6 +29,7 @@ _HELP = {
     "rollout": "provision the fleet in gated waves (canary first), resumable",
     "export": "print a training job's GDS settings (DeepSpeed aio block, kvikio env)",
     "report": "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile",
+    "exec-nodes": "check the execution nodes of --executor ssh against this controller",
 }
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
@@ -153,6 +153,30 @@ step_events = Table(
     Column("detail_json", Text, nullable=False, default="{}"),
     Index("ix_step_events_run_node", "run_id", "node"),
 )
+
+# One shard of a wave sent to one execution node (--executor ssh): written before the
+# dispatch ("dispatching"), updated after ("running", then "done", "lost", "unreachable",
+# "failed"). The token tags every process of the job on the execution node. Added after
+# schema version 1 without a version bump: opening a ledger creates the table when it lacks
+# it (create_all), and a read-only open of an older ledger does without it.
+dispatches = Table(
+    "dispatches",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), ForeignKey("runs.id"), nullable=False),
+    Column("wave", Integer, nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("exec_node", String(255), nullable=False),
+    Column("token", String(128), nullable=False),
+    Column("deadline", String(32)),
+    Column("state", String(32), nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("updated_at", String(32), nullable=False),
+    Column("hosts_json", Text, nullable=False, default="{}"),  # {"hosts": [...]}
+    Column("detail_json", Text, nullable=False, default="{}"),
+    Index("ix_dispatches_run", "run_id", "wave"),
+)
+_OPTIONAL_TABLES = frozenset({"dispatches"})
 
 _APPEND_ONLY = ("verifications", "check_results", "step_events")
 
@@ -365,7 +389,7 @@ class Ledger:
                     f"the ledger {self.location} is empty (no gdsfleet tables): nothing was ever "
                     f"recorded there; check --ledger / {ENV_LEDGER}"
                 )
-            missing = {t.name for t in metadata.sorted_tables} - tables
+            missing = {t.name for t in metadata.sorted_tables} - tables - _OPTIONAL_TABLES
             if missing:
                 raise LedgerError(
                     f"the ledger {self.location} lacks the tables {', '.join(sorted(missing))}; "
@@ -577,6 +601,43 @@ class Ledger:
         conn.execute(stmt)
         event_row = {k: v for k, v in values.items() if k != "updated_at"}
         conn.execute(insert(step_events).values(**event_row, at=now))
+
+    def record_dispatch(self, run_id: str, wave: int, shard: int, exec_node: str, token: str,
+                        deadline: str | None, state: str, hosts: Sequence[str]) -> int:
+        """A dispatch about to be sent; returns its id (for :meth:`update_dispatch`)."""
+        now = utcnow()
+        with self._write() as conn:
+            res = conn.execute(insert(dispatches).values(
+                run_id=run_id, wave=wave, shard=shard, exec_node=exec_node, token=token,
+                deadline=deadline, state=state, created_at=now, updated_at=now,
+                hosts_json=_dumps({"hosts": list(hosts)}), detail_json="{}"))
+            key = res.inserted_primary_key
+        return int(key[0]) if key else 0
+
+    def update_dispatch(self, dispatch_id: int, state: str,
+                        detail: Mapping[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {"state": state, "updated_at": utcnow()}
+        if detail is not None:
+            values["detail_json"] = _dumps(redact_mapping(dict(detail)))
+        with self._write() as conn:
+            conn.execute(update(dispatches).where(dispatches.c.id == dispatch_id).values(**values))
+
+    def dispatches(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's dispatches in order; [] for a ledger without the table."""
+        with self._read() as conn:
+            if "dispatches" not in set(inspect(conn).get_table_names()):
+                return []
+            rows = conn.execute(select(dispatches).where(dispatches.c.run_id == run_id)
+                                .order_by(dispatches.c.id)).mappings()
+            out = []
+            for r in rows:
+                d = dict(r)
+                d["hosts"] = (_loads(d.pop("hosts_json"), f"dispatches {d['id']} hosts_json")
+                              or {}).get("hosts", [])
+                d["detail"] = _loads(d.pop("detail_json"),
+                                     f"dispatches {d['id']} detail_json") or {}
+                out.append(d)
+            return out
 
     def node_steps(self, run_id: str) -> dict[str, dict[str, Any]]:
         """``{node: {"step", "wave", "updated_at", "detail"}}`` for one run."""

@@ -16,4 +16,5 @@ COMMANDS: dict[str, str] = {
     "rollout": "rollout",
     "export": "export",
     "report": "report",
+    "exec-nodes": "exec_nodes",
 }

@@ -75,6 +75,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the playbooks without SSH pipelining and connection reuse (for "
                         "nodes whose sudo requires a tty); see docs/performance.md")
 
+    x = p.add_argument_group("where the playbooks run (docs/scale.md)")
+    x.add_argument("--executor", choices=("local", "ssh"), default="local",
+                   help="local: ansible-playbook on this machine (default); ssh: each wave in "
+                        "shards on the execution nodes of --exec-inventory")
+    x.add_argument("--exec-inventory", metavar="FILE",
+                   help="Ansible inventory whose group gdsfleet_exec lists the execution nodes")
+    x.add_argument("--shard-by", metavar="hash|var:NAME", default=None,
+                   help="how a wave is split over execution nodes (default: a stable hash of "
+                        "the host name; var:NAME keeps hosts with one value together)")
+    x.add_argument("--forks-per-exec-node", type=int, default=None, metavar="N",
+                   help="Ansible forks on each execution node (default: --max-parallel)")
+
     v = p.add_argument_group("verification (the gate)")
     v.add_argument("--policy", metavar="FILE", help="policy YAML")
     v.add_argument("--io-size", metavar="SIZE",
@@ -202,6 +214,7 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     for opt in ("connect_timeout", "io_timeout", "drain_timeout", "drain_poll"):
         check_seconds(f"--{opt.replace('_', '-')}", getattr(args, opt))
     check_seconds("--pause-between-waves", args.pause_between_waves, allow_zero=True)
+    executor = _check_executor(args, env)
     if args.playbook_timeout is None or args.playbook_timeout < 0:
         raise UsageError(f"--playbook-timeout {args.playbook_timeout}: give seconds (0 for no "
                          f"deadline)")
@@ -218,7 +231,38 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
         "reboot_playbook": reboot_spec,
         "ansible_env": env,
         "sizes": sizes,
+        "executor": executor,
     }
+
+
+def _check_executor(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any] | None:
+    """--executor ssh: the execution nodes loaded, their host keys known, each reachable and
+    running this controller's versions; refused (exit 64, nothing changed) otherwise."""
+    ssh_only = [opt for opt, val in (("--exec-inventory", args.exec_inventory),
+                                     ("--shard-by", args.shard_by),
+                                     ("--forks-per-exec-node", args.forks_per_exec_node))
+                if val is not None]
+    if args.executor != "ssh":
+        if ssh_only:
+            raise UsageError(f"{', '.join(ssh_only)} only apply to --executor ssh; add "
+                             f"--executor ssh or drop them")
+        return None
+    if not args.exec_inventory:
+        raise UsageError("--executor ssh needs --exec-inventory FILE: an Ansible inventory "
+                         "whose group gdsfleet_exec lists the execution nodes (docs/scale.md)")
+    if args.forks_per_exec_node is not None and args.forks_per_exec_node < 1:
+        raise UsageError(f"--forks-per-exec-node must be at least 1 (got "
+                         f"{args.forks_per_exec_node})")
+    from provisioner.commands.exec_nodes import probe
+    from provisioner.rollout.executors.check import refusal
+    from provisioner.rollout.executors.shard import ShardBy
+
+    shard_by = ShardBy.parse(args.shard_by)
+    nodes, opts, infos, _ctl = probe(args, env)
+    why = refusal(infos)
+    if why:
+        raise UsageError(why)
+    return {"nodes": nodes, "opts": opts, "shard_by": shard_by}
 
 
 def _refuse_selection_problems(inventory: Any, checked: dict[str, Any]) -> None:
@@ -267,6 +311,21 @@ def _verifier(args: argparse.Namespace, nodes: dict[str, Any], sizes: dict[str, 
     )
     return SshVerifier(nodes, policy=policy, io=io, cheap_io=cheap,
                        parallel=args.max_parallel, make_runner=runner_factory(settings))
+
+
+def _make_executor(args: argparse.Namespace, checked: dict[str, Any], inventory: Any,
+                   ledger: Any, state_dir: Path) -> Any:
+    """The ssh executor of a checked --executor ssh (None: the local default)."""
+    ex = checked.get("executor")
+    if not ex:
+        return None
+    from provisioner.rollout.executors.shard import inventory_values
+    from provisioner.rollout.executors.ssh import SshExecutor
+
+    value_of = inventory_values(inventory.manager) if ex["shard_by"].var else None
+    return SshExecutor(ex["nodes"], opts=ex["opts"], forks_per_node=args.forks_per_exec_node,
+                       shard_by=ex["shard_by"], value_of=value_of, ledger=ledger,
+                       state_dir=state_dir)
 
 
 def _confirm(wave: Any) -> bool:
@@ -346,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
                 resume=True,
                 args=recorded,
             )
+            executor = _make_executor(args, checked, inventory, ledger, state_dir)
             provisioner = AnsibleProvisioner(
                 inventory=args.inventory,
                 playbook=checked["playbook"],
@@ -357,6 +417,7 @@ def run(args: argparse.Namespace) -> int:
                 events_log=events_log,
                 timeout=args.playbook_timeout or None,  # 0: no deadline
                 children_lock=lock.children_path,
+                executor=executor,
             )
             observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
             engine = Engine(
@@ -379,6 +440,8 @@ def run(args: argparse.Namespace) -> int:
 
                 result = engine.run_with(started)
             finally:
+                if executor is not None:
+                    executor.close()
                 close = getattr(observer, "close", None)
                 if close is not None:
                     close()

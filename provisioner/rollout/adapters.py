@@ -19,7 +19,8 @@ from typing import Any
 
 from provisioner.errors import ConnectError
 from provisioner.inventory import Node
-from provisioner.rollout.runner import HostOutcome, run_playbook
+from provisioner.rollout.executors import Executor, LocalExecutor
+from provisioner.rollout.runner import HostOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,6 +48,7 @@ class AnsibleProvisioner:
         run_tag: str = "",
         timeout: int | None = None,
         children_lock: str | os.PathLike[str] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.inventory = Path(inventory)
         # an FQCN (gdsfleet.gds.site) or a playbook file, given to ansible-playbook as is
@@ -62,6 +64,9 @@ class AnsibleProvisioner:
         # held by each playbook's guard while it lives (see provisioner.rollout.guard)
         self.children_lock = children_lock
         self._lock = threading.Lock()
+        # where the playbook runs (executors.LocalExecutor: here; SshExecutor: shards on
+        # execution nodes)
+        self.executor: Executor = executor if executor is not None else LocalExecutor()
 
     def _log(self, wave: int, kind: str, host: str, event: str, task: str) -> None:
         if self.events_log is None:
@@ -92,7 +97,7 @@ class AnsibleProvisioner:
             if on_host_event is not None:
                 on_host_event(host, event, task)
 
-        res = run_playbook(
+        res = self.executor.run(
             playbook,
             self.inventory,
             list(hosts),
@@ -104,6 +109,8 @@ class AnsibleProvisioner:
             timeout=self.timeout,
             children_lock=self.children_lock,
             run_tag=self.run_tag,
+            wave=wave,
+            kind=kind,
         )
         for h, out in res.hosts.items():
             self._log(wave, kind, h, f"outcome:{out.status.value}", out.failed_task or "")

@@ -1,0 +1,650 @@
+"""The ``ssh`` executor: a wave's shards run on execution nodes through ansible-runner's
+streaming protocol.
+
+Per shard (one per execution node, in parallel threads)::
+
+    ansible-runner transmit  ->  ssh EXEC RUNNER worker --private-data-dir DIR --delete
+                             ->  ansible-runner process  (gdsfleet's EventCollector)
+
+The SSH hop is OpenSSH's ``ssh`` client, not paramiko: the job and its event stream are byte
+streams in both directions with back-pressure, which a child process's pipes give for free
+(no byte pumping threads of our own), and OpenSSH's keepalives, timeouts and key checks are the
+ones operators know. It runs with ``BatchMode=yes`` (no prompt), ``StrictHostKeyChecking=yes``
+against a known_hosts file this module writes from the keys that gdsfleet's own known_hosts
+reader (provisioner.ssh, the one that checks the nodes) found for the execution node, so an
+execution node's key is checked exactly as a node's: ``--known-hosts`` files, the managed file,
+``~/.ssh/known_hosts``, ``/etc/ssh/ssh_known_hosts``, ``@revoked`` honoured; nothing is accepted
+blindly, and an unknown key refuses the rollout before any change.
+
+The job travels on ssh's stdin, never its command line: extra vars are a 0600 file
+(``env/extravars``) inside the transmitted private data dir, which the worker removes with
+``--delete``. The ledger's URL is never sent. Every byte coming back is bounded (line length,
+stderr) and hosts outside the shard are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from provisioner.errors import UsageError
+from provisioner.rollout.executors.shard import ShardBy, shard_hosts
+from provisioner.rollout.runner import (
+    _DROPPED_ENV,
+    EventCollector,
+    EventLog,
+    HostOutcome,
+    HostStatus,
+    PlaybookResult,
+)
+
+EXEC_GROUP = "gdsfleet_exec"
+DEFAULT_RUNNER = "ansible-runner"
+DEFAULT_WORKDIR = "~/.cache/gdsfleet-exec"
+_RUNNER_RE = re.compile(r"^[A-Za-z0-9_./+~-]{1,255}$")
+_WORKDIR_RE = re.compile(r"^(~/)?[A-Za-z0-9_./+-]{1,200}$")
+MAX_LINE = 16 << 20  # longest line of a worker's stream (an event, a status)
+MAX_STDERR = 64 << 10
+
+
+def _fix_inventory(path: str) -> str:
+    return (f"give --exec-inventory an Ansible inventory file whose group {EXEC_GROUP} lists "
+            f"the execution nodes (ansible_host, ansible_port, ansible_user, "
+            f"ansible_ssh_private_key_file; docs/scale.md)")
+
+
+@dataclass(frozen=True)
+class ExecNode:
+    name: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    runner: str = DEFAULT_RUNNER
+    workdir: str = DEFAULT_WORKDIR
+    collections_path: str | None = None  # exported as ANSIBLE_COLLECTIONS_PATH there
+
+    @property
+    def host_key_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+def load_exec_inventory(path: str | os.PathLike[str]) -> list[ExecNode]:
+    """The execution nodes of group ``gdsfleet_exec``; UsageError (one line, the fix) for a
+    missing, unreadable or empty inventory, no such group, or a refused variable."""
+    from provisioner.errors import InventoryError
+    from provisioner.inventory import load_inventory
+
+    p = Path(path).expanduser()
+    shown = str(path)
+    if not p.exists():
+        raise UsageError(f"--exec-inventory {shown}: no such file; {_fix_inventory(shown)}")
+    if not os.access(p, os.R_OK) or (p.is_dir() and not os.access(p, os.X_OK)):
+        raise UsageError(f"--exec-inventory {shown}: not readable by this user; fix its "
+                         f"permissions (chmod u+r) or run as its owner")
+    if p.is_file() and p.stat().st_size == 0:
+        raise UsageError(f"--exec-inventory {shown}: the file is empty; {_fix_inventory(shown)}")
+    try:
+        inv = load_inventory(p)
+    except InventoryError as exc:
+        raise UsageError(f"--exec-inventory {shown}: {str(exc)[:300]}; "
+                         f"{_fix_inventory(shown)}") from None
+    nodes = [n for n in inv.nodes if EXEC_GROUP in n.groups]
+    if not nodes:
+        raise UsageError(f"--exec-inventory {shown}: no group {EXEC_GROUP} (or it is empty); "
+                         f"{_fix_inventory(shown)}")
+    out: list[ExecNode] = []
+    for n in nodes:
+        runner = str(n.vars.get("gdsfleet_exec_runner") or DEFAULT_RUNNER)
+        if not _RUNNER_RE.match(runner) or ".." in runner.split("/"):
+            raise UsageError(f"--exec-inventory {shown}: {n.name}: gdsfleet_exec_runner must be "
+                             f"a plain path or command name (letters, digits, ./_+~-)")
+        workdir = str(n.vars.get("gdsfleet_exec_workdir") or DEFAULT_WORKDIR)
+        if not _WORKDIR_RE.match(workdir) or ".." in workdir.split("/"):
+            raise UsageError(f"--exec-inventory {shown}: {n.name}: gdsfleet_exec_workdir must "
+                             f"be a plain path (optionally ~/...), without '..'")
+        colls = n.vars.get("gdsfleet_exec_collections_path")
+        if colls is not None and (not _WORKDIR_RE.match(str(colls))
+                                  or ".." in str(colls).split("/")):
+            raise UsageError(f"--exec-inventory {shown}: {n.name}: gdsfleet_exec_collections_"
+                             f"path must be a plain path (optionally ~/...), without '..'")
+        out.append(ExecNode(name=n.name, host=n.address, port=n.port, user=n.user,
+                            key_file=n.key_file, runner=runner, workdir=workdir,
+                            collections_path=str(colls) if colls is not None else None))
+    return out
+
+
+# ------------------------------------------------------------------------------ OpenSSH hop
+@dataclass(frozen=True)
+class SshOptions:
+    known_hosts: tuple[str, ...] = ()  # --known-hosts files
+    ssh_config: str | None = "~/.ssh/config"
+    connect_timeout: float = 10.0
+    alive_interval: int = 15
+    alive_count: int = 4
+
+
+def known_hosts_files(opts: SshOptions) -> list[str]:
+    """The files a node's key is checked against (provisioner.ssh's order)."""
+    from provisioner.ssh import SSHSettings, _known_hosts_files
+
+    return _known_hosts_files(SSHSettings(known_hosts=opts.known_hosts), None)
+
+
+def pinned_known_hosts(node: ExecNode, opts: SshOptions, dest: Path) -> Path:
+    """Write ``dest`` (0600): the plain keys gdsfleet's known_hosts reader lists for the
+    execution node, and every ``@revoked`` key. No key: UsageError naming the fix."""
+    from provisioner.fsutil import write_private
+    from provisioner.ssh import HostKeyError, known_host_keys
+
+    files = known_hosts_files(opts)
+    try:
+        view = known_host_keys(files, node.host_key_name)
+    except HostKeyError as exc:
+        raise UsageError(f"execution node {node.name}: {exc}") from None
+    if not view.keys:
+        port = f"-p {node.port} " if node.port != 22 else ""
+        raise UsageError(
+            f"execution node {node.name}: no known host key for {node.host_key_name} in "
+            f"{', '.join(f for f in files if os.path.isfile(f)) or 'any known_hosts file'}; "
+            f"check its fingerprint out of band, then add it to ~/.ssh/known_hosts (ssh-keyscan "
+            f"{port}{node.host}) or pass --known-hosts FILE")
+    lines = [f"{node.host_key_name} {e.key.get_name()} {e.key.get_base64()}" for e in view.keys]
+    lines += [f"@revoked * {e.key.get_name()} {e.key.get_base64()}" for e in view.revoked]
+    write_private(dest, "\n".join(lines) + "\n")
+    return dest
+
+
+def ssh_argv(node: ExecNode, known_hosts: Path, opts: SshOptions, remote: str) -> list[str]:
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        raise UsageError("--executor ssh needs OpenSSH's ssh client on PATH (openssh-client)")
+    argv = [ssh, "-T"]
+    cfg = opts.ssh_config
+    if cfg is None or str(cfg).lower() == "none" or not os.path.isfile(os.path.expanduser(cfg)):
+        argv += ["-F", "/dev/null"]
+    else:
+        argv += ["-F", os.path.expanduser(cfg)]
+    # given first on the command line, these win over any ssh_config
+    for key, value in (
+        ("BatchMode", "yes"),
+        ("StrictHostKeyChecking", "yes"),
+        ("UserKnownHostsFile", str(known_hosts)),
+        ("GlobalKnownHostsFile", "/dev/null"),
+        ("UpdateHostKeys", "no"),
+        ("CheckHostIP", "no"),
+        ("ConnectTimeout", str(max(1, int(opts.connect_timeout)))),
+        ("ServerAliveInterval", str(opts.alive_interval)),
+        ("ServerAliveCountMax", str(opts.alive_count)),
+        ("ForwardAgent", "no"),
+        ("ForwardX11", "no"),
+        ("PermitLocalCommand", "no"),
+        ("ControlMaster", "no"),
+        ("ControlPath", "none"),
+        ("RequestTTY", "no"),
+        ("LogLevel", "ERROR"),
+    ):
+        argv += ["-o", f"{key}={value}"]
+    if node.key_file:
+        argv += ["-o", "IdentitiesOnly=yes", "-i", os.path.expanduser(node.key_file)]
+    if node.user:
+        argv += ["-l", node.user]
+    argv += ["-p", str(node.port), "--", node.host, remote]
+    return argv
+
+
+def _shell_path(path: str) -> str:
+    """A workdir for the remote shell: ``~/x`` as ``"$HOME"/x``, the rest quoted."""
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def _find_runner(node: ExecNode) -> str:
+    """Shell: ``$R``, the runner's full path, and its folder first on PATH (ansible-runner runs
+    the ``ansible-playbook`` found on PATH: the one of its own virtual environment); exit 127
+    with a message when there is none."""
+    r = _shell_path(node.runner) if node.runner.startswith("~/") else shlex.quote(node.runner)
+    colls = ""
+    if node.collections_path:
+        colls = (f"ANSIBLE_COLLECTIONS_PATH={_shell_path(node.collections_path)}; "
+                 f"export ANSIBLE_COLLECTIONS_PATH; ")
+    return colls + (f"R=$(command -v {r}) || {{ echo 'gdsfleet: {node.runner} not found on the "
+            f"execution node' >&2; exit 127; }}; PATH=\"${{R%/*}}:$PATH\"; export PATH; ")
+
+
+def worker_command(node: ExecNode) -> str:
+    """The remote shell command: a fresh 0700 folder under the workdir, then the worker, which
+    unpacks the job there and removes the folder when it ends (--delete)."""
+    base = _shell_path(node.workdir)
+    return (_find_runner(node)
+            + f"umask 077 && mkdir -p {base} && D=$(mktemp -d {base}/shard.XXXXXXXX) && "
+            f"exec \"$R\" worker --private-data-dir \"$D\" --delete")
+
+
+class _BoundedReader:
+    """ssh's stdout for ansible-runner's Processor.
+
+    A line longer than MAX_LINE is cut (the Processor then fails to parse it and stops: the
+    shard's hosts become lost). The worker's artifacts archive (a ``{"zipfile": N}`` line, then
+    N bytes base64-encoded, with no line break) is skipped here, never unpacked: ansible-runner
+    2.4.3's ``unstream_dir`` recreates the archive's symbolic links and then extracts through
+    them, so an execution node could write anywhere the coordinator can; and gdsfleet needs
+    only the events, which it keeps itself."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.skipped_archives = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        while True:
+            line = bytes(self._raw.readline(MAX_LINE))
+            if not line.startswith(b'{"zipfile"'):
+                return line
+            try:
+                length = int(json.loads(line)["zipfile"])
+            except (ValueError, KeyError, TypeError):
+                return line  # the Processor reports it
+            if length < 0:
+                return b""
+            remaining = 4 * ((length + 2) // 3)  # base64 of length bytes, no padding lost
+            while remaining > 0:
+                chunk = self._raw.read(min(remaining, 1 << 20))
+                if not chunk:
+                    return b""  # the stream ended inside the archive: cut
+                remaining -= len(chunk)
+            self.skipped_archives += 1
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self._raw.read(size))
+
+    # what ansible-runner's artifact unpacking (base64io) checks for
+    def write(self, data: bytes) -> int:
+        raise OSError("read-only stream")
+
+    def flush(self) -> None:
+        pass
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._raw.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+
+# ------------------------------------------------------------------------------- dispatch
+@dataclass
+class Dispatch:
+    """One shard sent to one execution node (the ledger's ``dispatches`` row)."""
+
+    run_id: str
+    wave: int
+    shard: int
+    exec_node: str
+    hosts: list[str]
+    token: str
+    deadline: str | None
+    state: str = "dispatching"
+    id: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class DispatchLedger(Protocol):
+    """What the executor needs of the ledger (provisioner.store.Ledger has both)."""
+
+    def record_dispatch(self, run_id: str, wave: int, shard: int, exec_node: str, token: str,
+                        deadline: str | None, state: str, hosts: Sequence[str]) -> int: ...
+
+    def update_dispatch(self, dispatch_id: int, state: str,
+                        detail: Mapping[str, Any] | None = None) -> None: ...
+
+
+def _copy_inventory(src: Path, pdd: Path) -> str:
+    """The inventory into the job (``inventory/``): a directory as a whole; a file with the
+    group_vars/ and host_vars/ folders beside it. Returns the path inside the job."""
+    dest = pdd / "inventory"
+    if src.is_dir():
+        shutil.copytree(src, dest, symlinks=False)
+        return "inventory"
+    dest.mkdir(mode=0o700)
+    shutil.copy2(src, dest / src.name)
+    for extra in ("group_vars", "host_vars"):
+        if (src.parent / extra).is_dir():
+            shutil.copytree(src.parent / extra, dest / extra, symlinks=False)
+    return f"inventory/{src.name}"
+
+
+class SshExecutor:
+    name = "ssh"
+
+    def __init__(
+        self,
+        nodes: Sequence[ExecNode],
+        *,
+        opts: SshOptions,
+        forks_per_node: int | None = None,
+        shard_by: ShardBy | None = None,
+        value_of: Callable[[str, str], Any] | None = None,
+        ledger: Any = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not nodes:
+            raise UsageError("--executor ssh: no execution node")
+        self.nodes = {n.name: n for n in nodes}
+        self.opts = opts
+        self.forks_per_node = forks_per_node
+        self.shard_by = shard_by or ShardBy()
+        self.value_of = value_of
+        self.ledger = ledger
+        self.state_dir = Path(state_dir) if state_dir else None
+        self._tmp = Path(tempfile.mkdtemp(prefix="gdsfleet-exec-"))  # 0700
+        self._known: dict[str, Path] = {}
+        self._procs: set[subprocess.Popen[bytes]] = set()  # ssh clients of running shards
+        self._procs_lock = threading.Lock()
+        for n in nodes:  # an unknown key refuses here, before any change
+            self._known[n.name] = pinned_known_hosts(n, opts, self._tmp / f"known_hosts.{n.name}")
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def argv(self, node: ExecNode, remote: str) -> list[str]:
+        return ssh_argv(node, self._known[node.name], self.opts, remote)
+
+    # -- the Executor interface
+    def run(self, playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str], *,
+            forks: int, extravars: Mapping[str, Any], envvars: Mapping[str, str],
+            private_data_dir: str | os.PathLike[str] | None,
+            on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
+            children_lock: str | os.PathLike[str] | None, run_tag: str, wave: int,
+            kind: str) -> PlaybookResult:
+        from provisioner import interrupts
+        from provisioner.rollout.playbooks import looks_like_fqcn
+
+        if not hosts:
+            return PlaybookResult(str(playbook), 0, "successful", {})
+        if not looks_like_fqcn(playbook) and not Path(playbook).is_file():
+            from provisioner.errors import ProvisionerError
+
+            raise ProvisionerError(f"playbook {playbook!r} does not exist")
+        shards = shard_hosts(list(hosts), list(self.nodes), self.shard_by, self.value_of)
+        started = time.monotonic()
+        results: dict[str, PlaybookResult] = {}
+        lock = threading.Lock()
+        interrupts.check()
+
+        def one(index: int, node_name: str, shard: list[str]) -> None:
+            try:
+                res = self._dispatch(index, self.nodes[node_name], shard, playbook=playbook,
+                                     inventory=Path(inventory), forks=forks,
+                                     extravars=extravars, envvars=envvars,
+                                     private_data_dir=private_data_dir,
+                                     on_host_event=on_host_event, timeout=timeout,
+                                     run_tag=run_tag, wave=wave, kind=kind)
+            except Exception as exc:  # a bug or an I/O error here: its hosts are lost
+                from provisioner.sanitize import printable
+
+                why = printable(f"{type(exc).__name__}: {exc}")[:300]
+                res = PlaybookResult(playbook, None, "error", {
+                    h: HostOutcome(h, HostStatus.LOST,
+                                   message=f"execution node {node_name}: dispatch failed: {why}")
+                    for h in shard}, error=None)
+            with lock:
+                results[node_name] = res
+
+        threads = [threading.Thread(target=one, args=(i, name, shard), daemon=True,
+                                    name=f"gdsfleet-shard-{name}")
+                   for i, (name, shard) in enumerate(shards.items())]
+        with interrupts.deferred():  # a signal only records the stop; polled below
+            for t in threads:
+                t.start()
+            stopping = False
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+                    if interrupts.requested() and not stopping:
+                        # SIGINT/SIGTERM: cut every shard's ssh; its stream ends, its thread
+                        # returns (the worker there stops at its next write; no fencing yet)
+                        stopping = True
+                        with self._procs_lock:
+                            for proc in list(self._procs):
+                                _kill(proc)
+        interrupts.check()
+        outcomes: dict[str, HostOutcome] = {}
+        for name, shard in shards.items():
+            res = results.get(name)
+            for h in shard:
+                got = res.hosts.get(h) if res is not None else None
+                outcomes[h] = got if got is not None else HostOutcome(
+                    h, HostStatus.LOST, message=f"execution node {name}: no result")
+        errors = [r.error for r in results.values() if r.error]
+        statuses = {r.status for r in results.values()}
+        status = "successful" if statuses <= {"successful"} else (
+            "failed" if "failed" in statuses else sorted(statuses)[0])
+        rcs = [r.rc for r in results.values()]
+        rc = max((r for r in rcs if r is not None), default=None)
+        return PlaybookResult(str(playbook), rc, status, outcomes,
+                              duration_s=time.monotonic() - started,
+                              error="; ".join(e for e in errors if e)[:2000] or None)
+
+    def _dispatch(self, index: int, node: ExecNode, shard: list[str], *, playbook: str,
+                  inventory: Path, forks: int, extravars: Mapping[str, Any],
+                  envvars: Mapping[str, str], private_data_dir: str | os.PathLike[str] | None,
+                  on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
+                  run_tag: str, wave: int, kind: str) -> PlaybookResult:
+        import ansible_runner
+
+        from provisioner.fsutil import private_dir, write_private
+        from provisioner.rollout import guard
+        from provisioner.rollout.playbooks import looks_like_fqcn
+
+        ident = (f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+                 f"-{kind}-w{wave}-s{index}")
+        token = f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
+        deadline = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + timeout))
+                    if timeout else None)
+        record = Dispatch(run_tag, wave, index, node.name, list(shard), token, deadline)
+        if self.ledger is not None and run_tag:
+            record.id = self.ledger.record_dispatch(run_tag, wave, index, node.name, token,
+                                                    deadline, "dispatching", shard)
+        try:
+            job = Path(tempfile.mkdtemp(prefix="gdsfleet-job-", dir=self._tmp))  # what is sent
+            local = (private_dir(Path(private_data_dir), narrow=True) if private_data_dir
+                     else Path(tempfile.mkdtemp(prefix="gdsfleet-proc-", dir=self._tmp)))
+            event_log = EventLog(local / "artifacts" / ident / "events.jsonl") \
+                if private_data_dir else None
+            collector = EventCollector(shard, on_host_event, sink=event_log)
+            proc: subprocess.Popen[bytes] | None = None
+            worker_status: list[str] = []
+            stderr_tail = b""
+            rc: int | None = None
+            try:
+                inv_rel = _copy_inventory(inventory, job)
+                if looks_like_fqcn(playbook):
+                    pb = playbook
+                else:
+                    private_dir(job / "project")
+                    shutil.copy2(playbook, job / "project" / Path(playbook).name)
+                    pb = str(job / "project" / Path(playbook).name)
+                private_dir(job / "env")
+                if extravars:
+                    write_private(job / "env" / "extravars", json.dumps(dict(extravars)))
+                (job / "env" / "settings").write_text(
+                    "pexpect_timeout: 0.5\nsuppress_output_file: true\n", encoding="utf-8")
+                env = {k: v for k, v in envvars.items() if k not in _DROPPED_ENV
+                       and not k.startswith("ANSIBLE_SSH_CONTROL_PATH")}
+                env.update({"ANSIBLE_RETRY_FILES_ENABLED": "False",
+                            "ANSIBLE_HOST_KEY_CHECKING": "True", guard.TOKEN_ENV: token})
+                env.pop("ANSIBLE_COLLECTIONS_PATH", None)  # the execution node's own collection
+                kwargs: dict[str, Any] = {
+                    "private_data_dir": str(job), "playbook": pb,
+                    # absolute here: the transmitter makes them relative to the job (a relative
+                    # path that does not exist here would be taken as inventory text)
+                    "inventory": str(job / inv_rel),
+                    "limit": ",".join(shard), "forks": max(1, int(self.forks_per_node or forks)),
+                    "envvars": env, "ident": ident, "quiet": True, "suppress_env_files": True,
+                }
+                if timeout:
+                    kwargs["timeout"] = timeout
+                proc = subprocess.Popen(self.argv(node, worker_command(node)),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+                assert proc.stdin is not None and proc.stdout is not None  # noqa: S101
+                with self._procs_lock:
+                    self._procs.add(proc)
+                err_chunks: list[bytes] = []
+
+                def drain_stderr() -> None:
+                    assert proc is not None and proc.stderr is not None  # noqa: S101
+                    total = 0
+                    for chunk in iter(lambda: proc.stderr.read(4096), b""):  # type: ignore[union-attr]
+                        total += len(chunk)
+                        err_chunks.append(chunk)
+                        while total > MAX_STDERR and len(err_chunks) > 1:
+                            total -= len(err_chunks.pop(0))
+
+                t_err = threading.Thread(target=drain_stderr, daemon=True)
+                t_err.start()
+
+                def transmit() -> None:
+                    assert proc is not None and proc.stdin is not None  # noqa: S101
+                    try:
+                        ansible_runner.run(streamer="transmit", _output=proc.stdin, **kwargs)
+                    except (OSError, ValueError):
+                        pass  # ssh gone: the process side sees the stream end
+                    finally:
+                        with contextlib.suppress(OSError):
+                            proc.stdin.close()
+
+                t_tx = threading.Thread(target=transmit, daemon=True)
+                t_tx.start()
+                if record.id is not None:
+                    self.ledger.update_dispatch(record.id, "running")
+
+                def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
+                    worker_status.append(str(data.get("status", ""))[:32])
+
+                ansible_runner.run(
+                    streamer="process", _input=_BoundedReader(proc.stdout),
+                    private_data_dir=str(local), ident=ident, quiet=True,
+                    event_handler=collector.handle, status_handler=on_status,
+                    settings={"suppress_output_file": True},
+                )
+                t_tx.join(30)
+                try:
+                    rc = proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    _kill(proc)
+                    rc = proc.wait()
+                t_err.join(5)
+                stderr_tail = b"".join(err_chunks)[-2000:]
+            finally:
+                with self._procs_lock:
+                    self._procs.discard(proc)  # type: ignore[arg-type]
+                if proc is not None and proc.poll() is None:
+                    _kill(proc)
+                    proc.wait()
+                if proc is not None:
+                    for stream in (proc.stdin, proc.stdout, proc.stderr):
+                        with contextlib.suppress(OSError):
+                            if stream is not None:
+                                stream.close()
+                if event_log is not None:
+                    event_log.close()
+                shutil.rmtree(job, ignore_errors=True)
+                if not private_data_dir:
+                    shutil.rmtree(local, ignore_errors=True)
+            outcomes = {h: o for h, o in collector.outcomes().items() if h in set(shard)}
+            worker_ran = any(s in ("starting", "running", "successful", "failed", "timeout",
+                                   "canceled") for s in worker_status)
+            # the worker's own last word (the stream ended as the protocol says); a cut stream
+            # leaves the Processor's "error" last
+            completed = bool(worker_status) and worker_status[-1] in (
+                "successful", "failed", "timeout", "canceled")
+            error = None
+            why = _shown(stderr_tail)
+            if not collector.saw_stats and not worker_ran:
+                # the execution node never started the job: not the hosts' failure
+                msg = (f"execution node {node.name} did not run the job (ssh rc={rc}"
+                       + (f": {why}" if why else "") + ")")
+                outcomes = {h: HostOutcome(h, HostStatus.LOST, message=msg) for h in shard}
+                state = "unreachable"
+            elif (completed and not collector.saw_stats and not collector.started
+                  and not collector.seen_any):
+                # the worker finished and says the playbook never began (syntax error, missing
+                # role): every host failed, as with the local executor
+                tail = "\n".join(collector.stdout_tail[-8:]) or f"worker status {worker_status[-1]}"
+                error = f"the playbook did not run on {node.name}: {tail}"[:2000]
+                outcomes = {h: HostOutcome(h, HostStatus.FAILED, message=error) for h in shard}
+                state = "failed"
+            elif not collector.saw_stats:
+                suffix = f" (execution node {node.name}, ssh rc={rc}" + (
+                    f": {why}" if why else "") + ")"
+                outcomes = {h: HostOutcome(o.host, o.status, ok=o.ok, changed=o.changed,
+                                           skipped=o.skipped, failed_task=o.failed_task,
+                                           message=(o.message or "")[:1400] + suffix)
+                            for h, o in outcomes.items()}
+                state = "lost"
+            else:
+                state = "done"
+            for h in shard:
+                outcomes.setdefault(h, HostOutcome(h, HostStatus.NOT_RUN,
+                                                   message="the play did not reach this host"))
+            if private_data_dir:
+                from provisioner.rollout.runner import _scrub_artifacts, _write_outcomes
+
+                art = local / "artifacts" / ident
+                if art.is_dir():
+                    _write_outcomes(art / "hosts.json", str(playbook),
+                                    worker_status[-1] if worker_status else "error", rc,
+                                    collector.saw_stats, error, outcomes)
+                _scrub_artifacts(local)  # 0700/0600, as the local executor leaves them
+            if record.id is not None:
+                counts: dict[str, int] = {}
+                for o in outcomes.values():
+                    counts[o.status.value] = counts.get(o.status.value, 0) + 1
+                self.ledger.update_dispatch(record.id, state, {"ssh_rc": rc, "outcomes": counts})
+            final = worker_status[-1] if worker_status else "error"
+            return PlaybookResult(str(playbook), rc, final if collector.saw_stats else "error",
+                                  outcomes, error=error)
+        except Exception as exc:
+            # the dispatch is never left "running" by an error here (its hosts: lost)
+            if record.id is not None:
+                with contextlib.suppress(Exception):
+                    self.ledger.update_dispatch(record.id, "error",
+                                                {"error": type(exc).__name__})
+            raise
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _shown(raw: bytes) -> str:
+    from provisioner.redact import redact_text
+    from provisioner.sanitize import printable
+
+    text = raw.decode("utf-8", "replace").strip().splitlines()
+    return printable(redact_text(" ".join(text[-3:])))[:400]

@@ -646,12 +646,23 @@ class _Checks:
         seen = "; ".join(f"{p['transport']} ({p['namespace']} via {p['controller']}"
                          + (f" {p['address']}" if p["address"] else "") + ")" for p in paths)
         kinds = {p["transport"] for p in paths}
+        arrays = sorted({p["md"] for p in paths if p.get("md")})
         if "tcp" in kinds:
             self.add(cid, FAIL, expected, seen,
                      "GDS does not work over NVMe/TCP: cuFile only reaches this mount in compat "
                      "mode (POSIX through the page cache). Connect the subsystem over RDMA "
                      "(gdsfleet.gds.nvmeof, transport rdma) and put the GDS filesystem on that "
                      "namespace, or use local NVMe.")
+        elif self.target == "p2pdma" and ("rdma" in kinds or arrays):
+            # NVIDIA's P2PDMA guide: neither NVMe-oF nor RAID0 over NVMe is supported there
+            what = " and ".join(
+                (["NVMe-oF (rdma)"] if "rdma" in kinds else [])
+                + ([f"md RAID ({', '.join(arrays)})"] if arrays else []))
+            self.add(cid, FAIL, "one local PCIe NVMe namespace (p2pdma route)", seen,
+                     f"The p2pdma route does not support {what} (NVIDIA's GDS P2PDMA guide): "
+                     "cuFile cannot reach this mount over PCI P2PDMA. Put the GDS filesystem on "
+                     "a single local PCIe NVMe namespace, or use the nvfs route (nvidia-fs), "
+                     "which supports NVMe-oF over RDMA and md RAID0.")
         elif kinds <= set(storage.GDS_NVME_TRANSPORTS):
             self.add(cid, PASS, expected, seen, "The GDS mount is on a transport GDS supports.")
         else:

@@ -40,6 +40,17 @@ KALLSYMS_WANTED = (
     "p2pdma_pgmap_ops",
     "pci_p2pdma_add_resource",
 )
+# -- NVMe-oF: nvidia-fs's hook in a GDS-patched nvme-rdma ------------------------------------
+# nvidia-fs looks these up for fabrics (NVIDIA/gds-nvidia-fs src/nvfs-dma.c, modules_list,
+# v2.25.7 to v2.28.4: only a v1 name for nvme_rdma; tests/fixtures/kallsyms/README.md). Kept even
+# when the "nvfs" substring matches of nvidia_fs's own symbols reach their cap.
+KALLSYMS_NVMEOF = (
+    "nvme_rdma_v1_register_nvfs_dma_ops",
+    "nvme_rdma_v1_unregister_nvfs_dma_ops",
+)
+KALLSYMS_EXACT_MAX = 64
+KALLSYMS_NVFS_MAX = 400
+
 # Package names that matter for GDS (CUDA repo, distro archive look-alikes, MOFED/DOCA).
 PACKAGE_RE = re.compile(
     r"^(nvidia-gds|libcufile|gds-tools|nvidia-fs|cuda-toolkit|cuda-drivers|cuda-cudart|"
@@ -158,17 +169,23 @@ def module_params(module: str) -> dict:
 
 
 def grep_kallsyms() -> dict:
-    wanted = set(KALLSYMS_WANTED)
+    wanted = set(KALLSYMS_WANTED) | set(KALLSYMS_NVMEOF)
     hits = []
+    exact = substring = 0
     try:
         with open("/proc/kallsyms", "rb") as fh:
             for raw in fh:
                 line = raw.decode("utf-8", "replace")
                 parts = line.split()
-                if len(parts) >= 3 and (parts[2] in wanted or "nvfs" in parts[2]):
-                    hits.append(line.rstrip("\n"))
-                    if len(hits) > 400:
-                        break
+                if len(parts) < 3:
+                    continue
+                if parts[2] in wanted and exact < KALLSYMS_EXACT_MAX:
+                    exact += 1
+                elif "nvfs" in parts[2] and substring < KALLSYMS_NVFS_MAX:
+                    substring += 1
+                else:
+                    continue
+                hits.append(line.rstrip("\n")[:512])
     except FileNotFoundError:
         return {"kind": "grep", "path": "/proc/kallsyms", "rc": None, "out": "", "err": "missing"}
     except OSError as exc:

@@ -54,7 +54,9 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
     ks = facts.get("kallsyms") or {}
     cf = facts.get("cufile") or {}
     return {
-        "nvfs": bool(nvfs.get("loaded") and ks.get("nvfs_dma_ops")),
+        # nvidia-fs loaded and a GDS-patched nvme or nvme-rdma it registers with
+        "nvfs": bool(nvfs.get("loaded") and (ks.get("nvfs_dma_ops")
+                                             or ks.get("nvfs_rdma_dma_ops"))),
         "p2pdma": bool(
             ks.get("p2pdma_pgmap_ops") and cf.get("use_pci_p2pdma")
             and not _block_nvme_p2pdma_off(cf)
@@ -251,20 +253,7 @@ class _Checks:
                      "Skipped: nvidia_fs is not loaded.")
         else:
             self.add(*_nvfs_version_check(n, self.p.min_nvfs_version))
-        ks = self.f.get("kallsyms") or {}
-        sym = ks.get("nvfs_dma_ops")
-        if sym:
-            self.add("nvfs.nvme.patched", PASS, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms", sym,
-                     "The NVMe driver is the GDS-patched one (MOFED/DOCA).")
-        elif not ks.get("readable", True):
-            self.add("nvfs.nvme.patched", WARN, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms",
-                     "/proc/kallsyms unreadable", "Could not read /proc/kallsyms.")
-        else:
-            self.add("nvfs.nvme.patched", FAIL, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms",
-                     "absent",
-                     "The loaded nvme driver is not GDS-patched, so local NVMe I/O can only run in "
-                     "compat mode. Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
-                     "rebuild the initramfs and reboot; or switch the node to the p2pdma route.")
+        self.nvme_patched()
         persist = n.get("persist_file")
         if self.operator:
             self.operator_skip("nvfs.persist", "nvidia_fs in /etc/modules-load.d",
@@ -629,16 +618,70 @@ class _Checks:
                      "NVMe).")
         self.transport(m)
 
-    def transport(self, m: dict[str, Any]) -> None:
-        """fs.mount.transport: the NVMe transport of every controller path under the GDS
-        mount (mountinfo device number -> /dev/nvmeXnY or md members -> /sys/class/nvme)."""
+    def gds_mount(self) -> dict[str, Any] | None:
+        """The mount that holds the I/O path (or the policy's GDS mount), None for none or /."""
         st = self.f.get("storage") or {}
-        cid, expected = "fs.mount.transport", "NVMe over " + " or ".join(
-            storage.GDS_NVME_TRANSPORTS)
+        mounts = st.get("mounts") or []
+        m = storage.mount_for(self.io_path or self.p.gds_mount, mounts) if mounts else None
+        return None if m is None or m.get("target") == "/" else m
+
+    def mount_paths(self, m: dict[str, Any]) -> list[dict[str, str]]:
+        """The NVMe controller paths under mount ``m`` (storage.mount_transports)."""
+        st = self.f.get("storage") or {}
         info = [i for i in st.get("mountinfo") or [] if i.get("target") == m["target"]]
         devno = info[-1]["devno"] if info else None
         mp = str(((self.f.get("nvme") or {}).get("multipath")) or "Y").upper() != "N"
-        paths = storage.mount_transports(m["source"], devno, st.get("nvme_topology") or {}, mp)
+        return storage.mount_transports(m["source"], devno, st.get("nvme_topology") or {}, mp)
+
+    def nvme_patched(self) -> None:
+        """nvfs.nvme.patched: the nvme driver nvidia-fs registers with is the GDS-patched one,
+        for the transport under the GDS mount: nvme_v1/v2_register_nvfs_dma_ops for local PCIe
+        NVMe, nvme_rdma_v1_register_nvfs_dma_ops for NVMe-oF over RDMA (NVIDIA/gds-nvidia-fs
+        src/nvfs-dma.c). With no mount or no visible controller, the local one is required."""
+        cid = "nvfs.nvme.patched"
+        ks = self.f.get("kallsyms") or {}
+        m = self.gds_mount()
+        kinds = {p["transport"] for p in self.mount_paths(m)} if m else set()
+        need_local = not kinds or bool(kinds - {"rdma"})
+        need_rdma = "rdma" in kinds
+        local_sym, rdma_sym = ("nvme_v1/v2_register_nvfs_dma_ops",
+                               "nvme_rdma_v1_register_nvfs_dma_ops")
+        expected = (f"{local_sym} and {rdma_sym}" if need_local and need_rdma else
+                    f"{rdma_sym} (NVMe-oF mount)" if need_rdma else local_sym) + " in kallsyms"
+        local, rdma = ks.get("nvfs_dma_ops"), ks.get("nvfs_rdma_dma_ops")
+        missing = ([] if local or not need_local else ["local"]) + (
+            [] if rdma or not need_rdma else ["rdma"])
+        observed = ", ".join(str(x) for x in (local if need_local else None,
+                                               rdma if need_rdma else None) if x)
+        if not missing:
+            self.add(cid, PASS, expected, observed,
+                     "The NVMe driver" + (" for NVMe-oF (nvme-rdma)" if need_rdma else "")
+                     + " is the GDS-patched one (MOFED/DOCA).")
+        elif not ks.get("readable", True):
+            self.add(cid, WARN, expected, "/proc/kallsyms unreadable",
+                     "Could not read /proc/kallsyms.")
+        elif missing == ["local"]:
+            self.add(cid, FAIL, expected, "absent",
+                     "The loaded nvme driver is not GDS-patched, so local NVMe I/O can only run in "
+                     "compat mode. Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
+                     "rebuild the initramfs and reboot; or switch the node to the p2pdma route.")
+        else:
+            self.add(cid, FAIL, expected,
+                     (observed + "; " if observed else "") + f"no {rdma_sym}",
+                     f"The GDS mount {m['target'] if m else ''} is on NVMe-oF (rdma), but the "
+                     "loaded nvme-rdma is not GDS-patched (nvidia-fs registers with "
+                     "nvme_rdma_v1_register_nvfs_dma_ops for fabrics), so its I/O can only run "
+                     "in compat mode"
+                     + (" and local NVMe is not patched either" if "local" in missing else "")
+                     + ". Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), reload "
+                     "nvme-rdma (or reboot) and reconnect.")
+
+    def transport(self, m: dict[str, Any]) -> None:
+        """fs.mount.transport: the NVMe transport of every controller path under the GDS
+        mount (mountinfo device number -> /dev/nvmeXnY or md members -> /sys/class/nvme)."""
+        cid, expected = "fs.mount.transport", "NVMe over " + " or ".join(
+            storage.GDS_NVME_TRANSPORTS)
+        paths = self.mount_paths(m)
         if not paths:
             self.add(cid, SKIP, expected, "no NVMe controller visible",
                      f"Skipped: no NVMe controller found under {m['source']} (/sys/class/nvme).")

@@ -32,6 +32,27 @@ VERIFY_RUNTIME_FACT = "/etc/ansible/facts.d/gdsfleet_verify_runtime.fact"
 OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 OPERATOR_VALIDATIONS = "/run/nvidia/validations"
 
+# -- GPU Operator: the validator's driver-ready file ------------------------------------------
+# cmd/nvidia-validator of NVIDIA/gpu-operator writes KEY=value lines there (IS_HOST_DRIVER=true
+# for a driver installed on the host, false for its driver container; NVIDIA_DRIVER_ROOT, ...;
+# tests/fixtures/gpu-operator/README.md): five short lines, read up to a few KiB.
+OPERATOR_DRIVER_READY = OPERATOR_VALIDATIONS + "/driver-ready"
+OPERATOR_DRIVER_READY_MAX = 4096
+
+
+def operator_driver_ready() -> dict:
+    path = OPERATOR_DRIVER_READY
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(OPERATOR_DRIVER_READY_MAX)
+    except FileNotFoundError:
+        return {"kind": "file", "path": path, "rc": None, "out": "", "err": "missing"}
+    except OSError as exc:
+        return {"kind": "file", "path": path, "rc": 1, "out": "", "err": str(exc)[:200]}
+    return {"kind": "file", "path": path, "rc": 0, "out": data.decode("utf-8", "replace"),
+            "err": ""}
+
+
 KALLSYMS_WANTED = (
     "nvme_v1_register_nvfs_dma_ops",
     "nvme_v2_register_nvfs_dma_ops",
@@ -417,6 +438,7 @@ def gather() -> dict:
     items["modprobe_options"] = modprobe_options()
     items["operator_driver_root"] = listdir(OPERATOR_DRIVER_ROOT)
     items["operator_validations"] = listdir(OPERATOR_VALIDATIONS)
+    items["operator_driver_ready"] = operator_driver_ready()
     gdscheck = find_gdscheck()
     if gdscheck is None:
         items["gdscheck"] = {"kind": "cmd", "rc": None, "out": "", "err": "not found"}

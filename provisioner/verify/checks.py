@@ -787,6 +787,42 @@ class _Checks:
                      "Skipped: no gdscheck output.")
 
     # -- route, reboot, secure boot ----------------------------------------------------------
+    def compat_gap(self) -> str:
+        """route.expected on a compat node: which parts of GDS are there and what each direct
+        route still lacks (a node with only CUDA's libcufile has no GDS stack to speak of)."""
+        f = self.f
+        nvfs = f.get("nvfs") or {}
+        ks = f.get("kallsyms") or {}
+        cf = f.get("cufile") or {}
+        pk = f.get("packages") or {}
+        gc = f.get("gdscheck") or {}
+        present = [name for name, there in (
+            ("nvidia-gds packages", pk.get("nvidia_gds")), ("nvidia_fs loaded", nvfs.get("loaded")),
+            ("gdscheck", gc.get("found")),
+            ("libcufile", (f.get("libcufile") or {}).get("found") or pk.get("libcufile")),
+            ("cufile.json", cf.get("present"))) if there]
+        missing = []
+        if not nvfs.get("loaded"):
+            missing.append("nvidia_fs is not loaded" + (
+                "" if nvfs.get("installed_version") or pk.get("nvidia_fs")
+                else " (no nvidia-fs installed)"))
+        elif not (ks.get("nvfs_dma_ops") or ks.get("nvfs_rdma_dma_ops")):
+            missing.append("the nvme driver is not GDS-patched "
+                           "(no nvme_v1/v2_register_nvfs_dma_ops)")
+        if not ks.get("p2pdma_pgmap_ops"):
+            missing.append("the kernel has no PCI P2PDMA (no p2pdma_pgmap_ops)")
+        elif not cf.get("use_pci_p2pdma") or _block_nvme_p2pdma_off(cf):
+            missing.append("cufile.json does not enable use_pci_p2pdma")
+        if not gc.get("found"):
+            missing.append("gdscheck (gds-tools) is not installed")
+        elif (_gc_nvme(f) or {}).get("route") in ("compat", "unsupported"):
+            missing.append("gdscheck reports no direct NVMe route")
+        have = (f"Present: {', '.join(present)}, so cuFile runs in compat mode only (POSIX "
+                "through the page cache). " if present else "")
+        return (f"No direct GDS route on this node: {'; '.join(missing) or 'see below'}. {have}"
+                "Run the rollout (site playbook) for the nvfs or p2pdma route; the failing "
+                "nvfs.* / p2pdma.* checks say what to do.")
+
     def route_checks(self) -> None:
         want = self.p.expected_route
         if want == "any":
@@ -797,8 +833,7 @@ class _Checks:
             expected = want
         self.add("route.expected", PASS if ok else FAIL, expected, self.route,
                  f"The node is set up for the {self.route} route." if ok else
-                 {"compat": "A GDS stack is installed but NVMe I/O can only fall back to POSIX: "
-                  "see the failing nvfs.* / p2pdma.* checks.",
+                 {"compat": self.compat_gap(),
                   "none": "No GDS stack on this node: run the rollout (site playbook)."}.get(
                       self.route, f"The node shows the {self.route} route, the policy wants "
                       f"{expected}."))

@@ -169,3 +169,23 @@ def test_schema_has_the_rdma_keys_nvmeof_needs() -> None:
     for key in ("properties.rdma_dev_addr_list", "properties.rdma_load_balancing_policy",
                 "block.nvmeof.use_pci_p2pdma"):
         assert key in keys
+
+
+def test_persist_splits_discovery_from_nqn_targets_and_dedups_on_the_full_key() -> None:
+    disc = target(discovery=True, nqn="")
+    targets = [
+        target(), target(),                                   # the same NQN target twice
+        target(nqn="nqn.2024-01.com.example:gds-pool-b"),     # another subsystem, same port
+        disc, dict(disc),                                     # the same discovery line twice
+        dict(disc, service_id="8009"),                        # another port of that address
+        dict(disc, host_traddr="10.20.0.11"),                 # from another local address
+        dict(disc, transport="tcp"),                          # another transport
+    ]
+    plan = nf.nvmeof_persist(targets)
+    # NQN targets are connected one by one at boot, never written as discovery lines
+    assert [t["nqn"] for t in plan["connect"]] == [POOL_A, "nqn.2024-01.com.example:gds-pool-b"]
+    assert all(t["discovery"] for t in plan["discovery"])
+    assert [(t["transport"], t["service_id"], t["host_traddr"]) for t in plan["discovery"]] == [
+        ("rdma", "4420", ""), ("rdma", "8009", ""), ("rdma", "4420", "10.20.0.11"),
+        ("tcp", "4420", "")]
+    assert nf.nvmeof_persist([]) == {"discovery": [], "connect": []}

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,19 @@ HOSTS: dict[str, dict[str, Any]] = {
                                               dict(TARGET, address="10.20.0.7", gds=False,
                                                    transport="tcp")]},
     "nvfs_tcp": {"gds_route": "nvfs", "nvmeof_targets": [dict(TARGET, transport="tcp")]},
+    # values the role writes into discovery.conf lines and a systemd unit's ExecStart
+    "bad_address": {"nvmeof_targets": [dict(TARGET, address="10.20.0.5\n--traddr=10.9.9.9")]},
+    "bad_nqn_space": {"nvmeof_targets": [dict(TARGET, nqn=NQN + " --hostnqn=x")]},
+    "bad_nqn_newline": {"nvmeof_targets": [dict(TARGET, nqn=NQN + "\n")]},
+    "bad_nqn_specifier": {"nvmeof_targets": [dict(TARGET, nqn=NQN + "%n")]},
+    "bad_service_id": {"nvmeof_targets": [dict(TARGET, service_id="4420;reboot")]},
+    "bad_host_traddr": {"nvmeof_targets": [dict(TARGET, host_traddr="10.0.0.1 -a 1")]},
+    "good_ipv6_and_uuid_nqn": {"nvmeof_targets": [dict(
+        TARGET, address="fd00::5", host_traddr="fd00::11",
+        nqn="nqn.2014-08.org.nvmexpress:uuid:4b4d3e1a-4b6f-4f0e-9c2a-0d6c1f6e7a10")]},
 }
+BAD = ("bad_address", "bad_nqn_space", "bad_nqn_newline", "bad_nqn_specifier",
+       "bad_service_id", "bad_host_traddr")
 
 
 def run(tmp_path: Path) -> dict[str, dict[str, Any]]:
@@ -58,9 +71,14 @@ def run(tmp_path: Path) -> dict[str, dict[str, Any]]:
     return failed
 
 
-def test_gds_targets_are_refused_on_the_p2pdma_route_only(tmp_path: Path) -> None:
-    failed = run(tmp_path)
-    assert set(failed) == {"p2pdma_rdma", "p2pdma_discovery", "nvfs_tcp"}, sorted(failed)
+@pytest.fixture(scope="module")
+def failed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    return run(tmp_path_factory.mktemp("nvmeof_inputs"))
+
+
+def test_gds_targets_are_refused_on_the_p2pdma_route_only(
+        failed: dict[str, dict[str, Any]]) -> None:
+    assert set(failed) == {"p2pdma_rdma", "p2pdma_discovery", "nvfs_tcp", *BAD}, sorted(failed)
     for name in ("p2pdma_rdma", "p2pdma_discovery"):
         msg = " ".join(str(failed[name].get("msg")).split())
         assert msg.startswith("Refusing to connect, nothing was changed: the p2pdma route"), msg
@@ -68,3 +86,13 @@ def test_gds_targets_are_refused_on_the_p2pdma_route_only(tmp_path: Path) -> Non
         assert "Use gds_route nvfs" in msg and "gds: false" in msg
     assert "10.20.0.5" in str(failed["p2pdma_rdma"]["msg"])
     assert "GDS does not work over NVMe/TCP" in str(failed["nvfs_tcp"]["msg"])
+
+
+def test_values_written_to_boot_files_are_refused_unless_plain(
+        failed: dict[str, dict[str, Any]]) -> None:
+    for name in BAD:
+        msg = " ".join(str(failed[name].get("msg")).split())
+        assert msg.startswith("Refusing to connect, nothing was changed: these nvmeof_targets"), (
+            name, msg)
+        assert "Use an IPv4/IPv6 address or host name" in msg
+    assert "good_ipv6_and_uuid_nqn" not in failed

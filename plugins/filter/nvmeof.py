@@ -20,6 +20,16 @@ discovery controller may list NVMe/TCP ports).
 devices ``/dev/nvmeXnY`` of the targets' subsystems: with native NVMe multipath the subsystem's
 instance (``nvme-subsysX``), without it every controller's (``nvmeX``), as the kernel names
 the namespaces.
+
+``nvmeof_persist(targets)``: what to reconnect at boot, split by the mechanism that does it
+right: ``{"discovery": [...], "connect": [...]}``. Discovery targets go to
+``/etc/nvme/discovery.conf``, whose lines ``nvme connect-all`` (nvme-cli's
+nvmf-autoconnect.service) runs as ``nvme discover`` and then connects every subsystem the
+discovery log lists; they are de-duplicated on (transport, address, service id, host address),
+the options one line carries. Targets given by subsystem NQN are connected one by one at boot
+(``nvme connect``; the role's own systemd unit), de-duplicated on the same key plus the NQN:
+writing them to discovery.conf would connect every subsystem the array exposes, and nothing at
+all where the port runs no discovery service.
 """
 
 from __future__ import annotations
@@ -122,9 +132,31 @@ def nvmeof_instances(list_subsys_json: Any, targets: list[dict[str, Any]],
     return out
 
 
+def _persist_key(t: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (str(t.get("transport") or ""), str(t.get("address") or ""),
+            str(t.get("service_id") or ""), str(t.get("host_traddr") or ""))
+
+
+def nvmeof_persist(targets: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    discovery: list[dict[str, Any]] = []
+    connect: list[dict[str, Any]] = []
+    seen_d: set[tuple[str, str, str, str]] = set()
+    seen_c: set[tuple[str, str, str, str, str]] = set()
+    for t in targets or []:
+        key = _persist_key(t)
+        if t.get("discovery"):
+            if key not in seen_d:
+                seen_d.add(key)
+                discovery.append(t)
+        elif (*key, str(t.get("nqn") or "")) not in seen_c:
+            seen_c.add((*key, str(t.get("nqn") or "")))
+            connect.append(t)
+    return {"discovery": discovery, "connect": connect}
+
+
 class FilterModule:
-    """gdsfleet.gds.nvmeof_paths, nvmeof_plan, nvmeof_instances."""
+    """gdsfleet.gds.nvmeof_paths, nvmeof_plan, nvmeof_instances, nvmeof_persist."""
 
     def filters(self) -> dict[str, Any]:
         return {"nvmeof_paths": nvmeof_paths, "nvmeof_plan": nvmeof_plan,
-                "nvmeof_instances": nvmeof_instances}
+                "nvmeof_instances": nvmeof_instances, "nvmeof_persist": nvmeof_persist}

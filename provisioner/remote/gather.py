@@ -32,6 +32,27 @@ VERIFY_RUNTIME_FACT = "/etc/ansible/facts.d/gdsfleet_verify_runtime.fact"
 OPERATOR_DRIVER_ROOT = "/run/nvidia/driver"
 OPERATOR_VALIDATIONS = "/run/nvidia/validations"
 
+# -- GPU Operator: the validator's driver-ready file ------------------------------------------
+# cmd/nvidia-validator of NVIDIA/gpu-operator writes KEY=value lines there (IS_HOST_DRIVER=true
+# for a driver installed on the host, false for its driver container; NVIDIA_DRIVER_ROOT, ...;
+# tests/fixtures/gpu-operator/README.md): five short lines, read up to a few KiB.
+OPERATOR_DRIVER_READY = OPERATOR_VALIDATIONS + "/driver-ready"
+OPERATOR_DRIVER_READY_MAX = 4096
+
+
+def operator_driver_ready() -> dict:
+    path = OPERATOR_DRIVER_READY
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(OPERATOR_DRIVER_READY_MAX)
+    except FileNotFoundError:
+        return {"kind": "file", "path": path, "rc": None, "out": "", "err": "missing"}
+    except OSError as exc:
+        return {"kind": "file", "path": path, "rc": 1, "out": "", "err": str(exc)[:200]}
+    return {"kind": "file", "path": path, "rc": 0, "out": data.decode("utf-8", "replace"),
+            "err": ""}
+
+
 KALLSYMS_WANTED = (
     "nvme_v1_register_nvfs_dma_ops",
     "nvme_v2_register_nvfs_dma_ops",
@@ -40,6 +61,17 @@ KALLSYMS_WANTED = (
     "p2pdma_pgmap_ops",
     "pci_p2pdma_add_resource",
 )
+# -- NVMe-oF: nvidia-fs's hook in a GDS-patched nvme-rdma ------------------------------------
+# nvidia-fs looks these up for fabrics (NVIDIA/gds-nvidia-fs src/nvfs-dma.c, modules_list,
+# v2.25.7 to v2.28.4: only a v1 name for nvme_rdma; tests/fixtures/kallsyms/README.md). Kept even
+# when the "nvfs" substring matches of nvidia_fs's own symbols reach their cap.
+KALLSYMS_NVMEOF = (
+    "nvme_rdma_v1_register_nvfs_dma_ops",
+    "nvme_rdma_v1_unregister_nvfs_dma_ops",
+)
+KALLSYMS_EXACT_MAX = 64
+KALLSYMS_NVFS_MAX = 400
+
 # Package names that matter for GDS (CUDA repo, distro archive look-alikes, MOFED/DOCA).
 PACKAGE_RE = re.compile(
     r"^(nvidia-gds|libcufile|gds-tools|nvidia-fs|cuda-toolkit|cuda-drivers|cuda-cudart|"
@@ -158,17 +190,23 @@ def module_params(module: str) -> dict:
 
 
 def grep_kallsyms() -> dict:
-    wanted = set(KALLSYMS_WANTED)
+    wanted = set(KALLSYMS_WANTED) | set(KALLSYMS_NVMEOF)
     hits = []
+    exact = substring = 0
     try:
         with open("/proc/kallsyms", "rb") as fh:
             for raw in fh:
                 line = raw.decode("utf-8", "replace")
                 parts = line.split()
-                if len(parts) >= 3 and (parts[2] in wanted or "nvfs" in parts[2]):
-                    hits.append(line.rstrip("\n"))
-                    if len(hits) > 400:
-                        break
+                if len(parts) < 3:
+                    continue
+                if parts[2] in wanted and exact < KALLSYMS_EXACT_MAX:
+                    exact += 1
+                elif "nvfs" in parts[2] and substring < KALLSYMS_NVFS_MAX:
+                    substring += 1
+                else:
+                    continue
+                hits.append(line.rstrip("\n")[:512])
     except FileNotFoundError:
         return {"kind": "grep", "path": "/proc/kallsyms", "rc": None, "out": "", "err": "missing"}
     except OSError as exc:
@@ -449,6 +487,7 @@ def gather() -> dict:
     items.update(boot_args_items())
     items["operator_driver_root"] = listdir(OPERATOR_DRIVER_ROOT)
     items["operator_validations"] = listdir(OPERATOR_VALIDATIONS)
+    items["operator_driver_ready"] = operator_driver_ready()
     gdscheck = find_gdscheck()
     if gdscheck is None:
         items["gdscheck"] = {"kind": "cmd", "rc": None, "out": "", "err": "not found"}

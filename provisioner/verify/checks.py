@@ -55,7 +55,9 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
     ks = facts.get("kallsyms") or {}
     cf = facts.get("cufile") or {}
     return {
-        "nvfs": bool(nvfs.get("loaded") and ks.get("nvfs_dma_ops")),
+        # nvidia-fs loaded and a GDS-patched nvme or nvme-rdma it registers with
+        "nvfs": bool(nvfs.get("loaded") and (ks.get("nvfs_dma_ops")
+                                             or ks.get("nvfs_rdma_dma_ops"))),
         "p2pdma": bool(
             ks.get("p2pdma_pgmap_ops") and cf.get("use_pci_p2pdma")
             and not _block_nvme_p2pdma_off(cf)
@@ -256,20 +258,7 @@ class _Checks:
                      "Skipped: nvidia_fs is not loaded.")
         else:
             self.add(*_nvfs_version_check(n, self.p.min_nvfs_version))
-        ks = self.f.get("kallsyms") or {}
-        sym = ks.get("nvfs_dma_ops")
-        if sym:
-            self.add("nvfs.nvme.patched", PASS, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms", sym,
-                     "The NVMe driver is the GDS-patched one (MOFED/DOCA).")
-        elif not ks.get("readable", True):
-            self.add("nvfs.nvme.patched", WARN, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms",
-                     "/proc/kallsyms unreadable", "Could not read /proc/kallsyms.")
-        else:
-            self.add("nvfs.nvme.patched", FAIL, "nvme_v1/v2_register_nvfs_dma_ops in kallsyms",
-                     "absent",
-                     "The loaded nvme driver is not GDS-patched, so local NVMe I/O can only run in "
-                     "compat mode. Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
-                     "rebuild the initramfs and reboot; or switch the node to the p2pdma route.")
+        self.nvme_patched()
         persist = n.get("persist_file")
         if self.operator:
             self.operator_skip("nvfs.persist", "nvidia_fs in /etc/modules-load.d",
@@ -674,16 +663,70 @@ class _Checks:
                      "NVMe).")
         self.transport(m)
 
-    def transport(self, m: dict[str, Any]) -> None:
-        """fs.mount.transport: the NVMe transport of every controller path under the GDS
-        mount (mountinfo device number -> /dev/nvmeXnY or md members -> /sys/class/nvme)."""
+    def gds_mount(self) -> dict[str, Any] | None:
+        """The mount that holds the I/O path (or the policy's GDS mount), None for none or /."""
         st = self.f.get("storage") or {}
-        cid, expected = "fs.mount.transport", "NVMe over " + " or ".join(
-            storage.GDS_NVME_TRANSPORTS)
+        mounts = st.get("mounts") or []
+        m = storage.mount_for(self.io_path or self.p.gds_mount, mounts) if mounts else None
+        return None if m is None or m.get("target") == "/" else m
+
+    def mount_paths(self, m: dict[str, Any]) -> list[dict[str, str]]:
+        """The NVMe controller paths under mount ``m`` (storage.mount_transports)."""
+        st = self.f.get("storage") or {}
         info = [i for i in st.get("mountinfo") or [] if i.get("target") == m["target"]]
         devno = info[-1]["devno"] if info else None
         mp = str(((self.f.get("nvme") or {}).get("multipath")) or "Y").upper() != "N"
-        paths = storage.mount_transports(m["source"], devno, st.get("nvme_topology") or {}, mp)
+        return storage.mount_transports(m["source"], devno, st.get("nvme_topology") or {}, mp)
+
+    def nvme_patched(self) -> None:
+        """nvfs.nvme.patched: the nvme driver nvidia-fs registers with is the GDS-patched one,
+        for the transport under the GDS mount: nvme_v1/v2_register_nvfs_dma_ops for local PCIe
+        NVMe, nvme_rdma_v1_register_nvfs_dma_ops for NVMe-oF over RDMA (NVIDIA/gds-nvidia-fs
+        src/nvfs-dma.c). With no mount or no visible controller, the local one is required."""
+        cid = "nvfs.nvme.patched"
+        ks = self.f.get("kallsyms") or {}
+        m = self.gds_mount()
+        kinds = {p["transport"] for p in self.mount_paths(m)} if m else set()
+        need_local = not kinds or bool(kinds - {"rdma"})
+        need_rdma = "rdma" in kinds
+        local_sym, rdma_sym = ("nvme_v1/v2_register_nvfs_dma_ops",
+                               "nvme_rdma_v1_register_nvfs_dma_ops")
+        expected = (f"{local_sym} and {rdma_sym}" if need_local and need_rdma else
+                    f"{rdma_sym} (NVMe-oF mount)" if need_rdma else local_sym) + " in kallsyms"
+        local, rdma = ks.get("nvfs_dma_ops"), ks.get("nvfs_rdma_dma_ops")
+        missing = ([] if local or not need_local else ["local"]) + (
+            [] if rdma or not need_rdma else ["rdma"])
+        observed = ", ".join(str(x) for x in (local if need_local else None,
+                                               rdma if need_rdma else None) if x)
+        if not missing:
+            self.add(cid, PASS, expected, observed,
+                     "The NVMe driver" + (" for NVMe-oF (nvme-rdma)" if need_rdma else "")
+                     + " is the GDS-patched one (MOFED/DOCA).")
+        elif not ks.get("readable", True):
+            self.add(cid, WARN, expected, "/proc/kallsyms unreadable",
+                     "Could not read /proc/kallsyms.")
+        elif missing == ["local"]:
+            self.add(cid, FAIL, expected, "absent",
+                     "The loaded nvme driver is not GDS-patched, so local NVMe I/O can only run in "
+                     "compat mode. Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
+                     "rebuild the initramfs and reboot; or switch the node to the p2pdma route.")
+        else:
+            self.add(cid, FAIL, expected,
+                     (observed + "; " if observed else "") + f"no {rdma_sym}",
+                     f"The GDS mount {m['target'] if m else ''} is on NVMe-oF (rdma), but the "
+                     "loaded nvme-rdma is not GDS-patched (nvidia-fs registers with "
+                     "nvme_rdma_v1_register_nvfs_dma_ops for fabrics), so its I/O can only run "
+                     "in compat mode"
+                     + (" and local NVMe is not patched either" if "local" in missing else "")
+                     + ". Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), reload "
+                     "nvme-rdma (or reboot) and reconnect.")
+
+    def transport(self, m: dict[str, Any]) -> None:
+        """fs.mount.transport: the NVMe transport of every controller path under the GDS
+        mount (mountinfo device number -> /dev/nvmeXnY or md members -> /sys/class/nvme)."""
+        cid, expected = "fs.mount.transport", "NVMe over " + " or ".join(
+            storage.GDS_NVME_TRANSPORTS)
+        paths = self.mount_paths(m)
         if not paths:
             self.add(cid, SKIP, expected, "no NVMe controller visible",
                      f"Skipped: no NVMe controller found under {m['source']} (/sys/class/nvme).")
@@ -691,12 +734,23 @@ class _Checks:
         seen = "; ".join(f"{p['transport']} ({p['namespace']} via {p['controller']}"
                          + (f" {p['address']}" if p["address"] else "") + ")" for p in paths)
         kinds = {p["transport"] for p in paths}
+        arrays = sorted({p["md"] for p in paths if p.get("md")})
         if "tcp" in kinds:
             self.add(cid, FAIL, expected, seen,
                      "GDS does not work over NVMe/TCP: cuFile only reaches this mount in compat "
                      "mode (POSIX through the page cache). Connect the subsystem over RDMA "
                      "(gdsfleet.gds.nvmeof, transport rdma) and put the GDS filesystem on that "
                      "namespace, or use local NVMe.")
+        elif self.target == "p2pdma" and ("rdma" in kinds or arrays):
+            # NVIDIA's P2PDMA guide: neither NVMe-oF nor RAID0 over NVMe is supported there
+            what = " and ".join(
+                (["NVMe-oF (rdma)"] if "rdma" in kinds else [])
+                + ([f"md RAID ({', '.join(arrays)})"] if arrays else []))
+            self.add(cid, FAIL, "one local PCIe NVMe namespace (p2pdma route)", seen,
+                     f"The p2pdma route does not support {what} (NVIDIA's GDS P2PDMA guide): "
+                     "cuFile cannot reach this mount over PCI P2PDMA. Put the GDS filesystem on "
+                     "a single local PCIe NVMe namespace, or use the nvfs route (nvidia-fs), "
+                     "which supports NVMe-oF over RDMA and md RAID0.")
         elif kinds <= set(storage.GDS_NVME_TRANSPORTS):
             self.add(cid, PASS, expected, seen, "The GDS mount is on a transport GDS supports.")
         else:
@@ -778,6 +832,42 @@ class _Checks:
                      "Skipped: no gdscheck output.")
 
     # -- route, reboot, secure boot ----------------------------------------------------------
+    def compat_gap(self) -> str:
+        """route.expected on a compat node: which parts of GDS are there and what each direct
+        route still lacks (a node with only CUDA's libcufile has no GDS stack to speak of)."""
+        f = self.f
+        nvfs = f.get("nvfs") or {}
+        ks = f.get("kallsyms") or {}
+        cf = f.get("cufile") or {}
+        pk = f.get("packages") or {}
+        gc = f.get("gdscheck") or {}
+        present = [name for name, there in (
+            ("nvidia-gds packages", pk.get("nvidia_gds")), ("nvidia_fs loaded", nvfs.get("loaded")),
+            ("gdscheck", gc.get("found")),
+            ("libcufile", (f.get("libcufile") or {}).get("found") or pk.get("libcufile")),
+            ("cufile.json", cf.get("present"))) if there]
+        missing = []
+        if not nvfs.get("loaded"):
+            missing.append("nvidia_fs is not loaded" + (
+                "" if nvfs.get("installed_version") or pk.get("nvidia_fs")
+                else " (no nvidia-fs installed)"))
+        elif not (ks.get("nvfs_dma_ops") or ks.get("nvfs_rdma_dma_ops")):
+            missing.append("the nvme driver is not GDS-patched "
+                           "(no nvme_v1/v2_register_nvfs_dma_ops)")
+        if not ks.get("p2pdma_pgmap_ops"):
+            missing.append("the kernel has no PCI P2PDMA (no p2pdma_pgmap_ops)")
+        elif not cf.get("use_pci_p2pdma") or _block_nvme_p2pdma_off(cf):
+            missing.append("cufile.json does not enable use_pci_p2pdma")
+        if not gc.get("found"):
+            missing.append("gdscheck (gds-tools) is not installed")
+        elif (_gc_nvme(f) or {}).get("route") in ("compat", "unsupported"):
+            missing.append("gdscheck reports no direct NVMe route")
+        have = (f"Present: {', '.join(present)}, so cuFile runs in compat mode only (POSIX "
+                "through the page cache). " if present else "")
+        return (f"No direct GDS route on this node: {'; '.join(missing) or 'see below'}. {have}"
+                "Run the rollout (site playbook) for the nvfs or p2pdma route; the failing "
+                "nvfs.* / p2pdma.* checks say what to do.")
+
     def route_checks(self) -> None:
         want = self.p.expected_route
         if want == "any":
@@ -788,8 +878,7 @@ class _Checks:
             expected = want
         self.add("route.expected", PASS if ok else FAIL, expected, self.route,
                  f"The node is set up for the {self.route} route." if ok else
-                 {"compat": "A GDS stack is installed but NVMe I/O can only fall back to POSIX: "
-                  "see the failing nvfs.* / p2pdma.* checks.",
+                 {"compat": self.compat_gap(),
                   "none": "No GDS stack on this node: run the rollout (site playbook)."}.get(
                       self.route, f"The node shows the {self.route} route, the policy wants "
                       f"{expected}."))

@@ -7,6 +7,7 @@ every parser and returns one JSON-safe dict that checks read.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from provisioner.verify.parsers import (
@@ -229,16 +230,38 @@ def _listing(item: dict[str, Any]) -> list[str] | None:
     return [n for n in str(item.get("out") or "").splitlines() if n]
 
 
+_READY_LINE = re.compile(r"^([A-Z][A-Z0-9_]{0,63})=([^\x00-\x1f]{0,256})$")
+
+
+def parse_driver_ready(text: str) -> dict[str, str]:
+    """The GPU Operator validator's driver-ready file: ``KEY=value`` lines (IS_HOST_DRIVER,
+    NVIDIA_DRIVER_ROOT, ...; cmd/nvidia-validator, tests/fixtures/gpu-operator/README.md).
+    Bounded: the first 32 lines, names and values of the expected shape only."""
+    out: dict[str, str] = {}
+    for line in text.splitlines()[:32]:
+        m = _READY_LINE.match(line.strip())
+        if m and m.group(1) not in out:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
 def operator_facts(doc: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Whether the NVIDIA GPU Operator manages this node's driver and nvidia-fs (pure).
 
-    Managed when the operator left its marks on the host (its driver container's root at
-    /run/nvidia/driver is populated, or its validator wrote /run/nvidia/validations) and the
-    host has no nvidia-fs package and no DKMS nvidia-fs: the driver container built and loaded
-    the module, which is still visible in the host's /proc and /sys."""
+    The validator writes /run/nvidia/validations/driver-ready on every node it validates, also
+    where the driver is installed on the host (IS_HOST_DRIVER=true there): that host driver and
+    its nvidia-fs are host installs. Managed when the validator says the driver is the
+    operator's container (IS_HOST_DRIVER=false) or, where it does not say (an older validator,
+    no driver-ready), the driver container's root /run/nvidia/driver is populated; and the host
+    has no nvidia-fs package and no DKMS nvidia-fs: the driver container built and loaded the
+    module, which is still visible in the host's /proc and /sys."""
     root_item = _item(doc, "operator_driver_root")
     root = _listing(root_item)
     validations = _listing(_item(doc, "operator_validations"))
+    ready_item = _item(doc, "operator_driver_ready")
+    ready = parse_driver_ready(str(ready_item.get("out") or "")) if _ok(ready_item) else {}
+    flag = ready.get("IS_HOST_DRIVER", "").strip().lower()
+    host_driver = True if flag == "true" else False if flag == "false" else None
     host_pkgs = sorted((facts.get("packages") or {}).get("nvidia_fs") or {})
     dkms_nvfs = [m for m in (facts.get("dkms") or {}).get("modules") or []
                  if m.get("module") == "nvidia-fs"]
@@ -247,14 +270,20 @@ def operator_facts(doc: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]
         marks.append(f"{root_item.get('path')} populated")
     if validations is not None:
         marks.append("/run/nvidia/validations: " + (", ".join(validations) or "empty"))
+    if host_driver is not None:
+        marks.append(f"driver-ready IS_HOST_DRIVER={flag}")
     host = []
+    if host_driver:
+        host.append("the validator found a host-installed driver")
     if host_pkgs:
         host.append("host packages " + ", ".join(host_pkgs))
     if dkms_nvfs:
         host.append("DKMS nvidia-fs")
-    managed = bool(marks) and not host
+    container_driver = host_driver is False or (host_driver is None and bool(root))
+    managed = container_driver and not host
     return {
         "managed": managed,
+        "host_driver": host_driver,
         "driver_root": root_item.get("path") if root else None,
         "validations": validations,
         "nvfs_ready": validations is not None and "nvidia-fs-ready" in validations,

@@ -5,7 +5,10 @@ subsystem is back over RDMA after a simulated reboot), and the
 nvme role formats and mounts the fabric namespace under its own rules (a namespace that holds
 data is refused without nvme_force_format). The gather script run on the node feeds verify's
 fs.mount.transport: rdma passes; the same subsystem connected over NVMe/TCP fails it, and the
-role refuses a tcp target meant for GDS with the reason.
+role refuses a tcp target meant for GDS, or any GDS target on the p2pdma route, with the reason.
+A target given by NQN is reconnected at boot by the role's own unit (one `nvme connect`), not
+through discovery.conf, whose `nvme connect-all` would also connect every other subsystem the
+port exposes (the simulated array offers a second one); its fstab entry carries _netdev.
 
 One simulated node (sim_node, nvme=True for a local drive, nvmeof=True for the target's
 namespace), reached through podman exec.
@@ -14,6 +17,7 @@ namespace), reached through podman exec.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +31,8 @@ from provisioner.verify.facts import build_facts
 from provisioner.verify.policy import Policy
 
 NQN = "nqn.2026-01.io.gdsfleet.sim:gds-target"
+OTHER_NQN = "nqn.2026-01.io.gdsfleet.sim:other-team"
+UNIT = "/etc/systemd/system/gdsfleet-nvmeof-connect.service"
 TARGET = {"address": "192.168.100.10", "transport": "rdma", "service_id": "4420", "nqn": NQN}
 
 pytestmark = pytest.mark.container
@@ -81,6 +87,16 @@ def test_tcp_for_gds_is_refused_with_the_reason(play: Any) -> None:
     assert seen == ["nvme0"]
 
 
+def test_p2pdma_refuses_gds_targets_before_any_change(play: Any) -> None:
+    proc = play({"gds_route": "p2pdma", "nvmeof_targets": [TARGET]})
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert "Refusing to connect, nothing was changed: the p2pdma route" in out, out[-3000:]
+    assert "does not support NVMe-oF" in out and "Use gds_route nvfs" in out
+    seen = play.node.exec("ls /etc/nvme 2>/dev/null; ls /sys/class/nvme").stdout.split()
+    assert seen == ["nvme0"]
+
+
 def test_check_mode_connects_nothing(play: Any) -> None:
     proc = play({"nvmeof_targets": [TARGET]}, check=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -92,6 +108,12 @@ def test_connects_over_rdma_formats_mounts_and_verify_passes(play: Any) -> None:
     node = play.node
     variables = {"nvmeof_targets": [TARGET], "nvme_devices": "{{ nvmeof_devices }}"}
     roles = ("gdsfleet.gds.nvmeof", "gdsfleet.gds.nvme")
+    # the array also exposes another team's subsystem on the same RDMA port
+    fabric = json.loads(node.exec("cat /run/gdsfleet-sim/fabric.json").stdout)
+    fabric["subsystems"].append({"nqn": OTHER_NQN, "model": "Linux", "serial": "77aa00bb11cc22dd",
+                                 "firmware_rev": "6.1.0", "ports": [1], "namespaces": []})
+    node.exec("mkdir -p /etc/gdsfleet-sim && printf '%s' "
+              f"{shlex.quote(json.dumps(fabric))} > /etc/gdsfleet-sim/fabric.json")
     # the namespace holds data: the nvme role's rule refuses it without nvme_force_format
     node.exec(f"modprobe nvme-rdma && nvme connect -t rdma -a 192.168.100.10 -s 4420 -n {NQN} && "
               "mkfs.ext4 -q -F /dev/nvme1n1 && nvme disconnect -n " + NQN)
@@ -106,8 +128,15 @@ def test_connects_over_rdma_formats_mounts_and_verify_passes(play: Any) -> None:
                       "/sys/class/nvme/nvme1/hostnqn /etc/nvme/hostnqn").stdout.split()
     assert sysfs[:2] == ["rdma", NQN] and sysfs[2] == sysfs[3]
     assert sysfs[3].startswith("nqn.2014-08.org.nvmexpress:uuid:")
-    conf = node.exec("cat /etc/nvme/discovery.conf").stdout
-    assert "--transport=rdma --traddr=192.168.100.10 --trsvcid=4420" in conf
+    # persistence: a per-target connect at boot, nothing in discovery.conf (no discovery target)
+    assert node.exec("test -e /etc/nvme/discovery.conf", check=False).returncode != 0
+    unit = node.exec(f"cat {UNIT}").stdout
+    assert (f"connect --transport=rdma --traddr=192.168.100.10 --trsvcid=4420 --nqn={NQN}"
+            in unit), unit
+    assert "Before=remote-fs-pre.target" in unit and "After=network-online.target" in unit
+    fstab = [ln.split() for ln in node.exec("cat /etc/fstab").stdout.splitlines()
+             if " /mnt/gds " in f" {ln} "]
+    assert len(fstab) == 1 and "_netdev" in fstab[0][3].split(","), fstab
     assert "nvme_rdma" in node.exec("ls /sys/module").stdout
     assert "nvme-rdma" in node.exec("cat /etc/modules-load.d/gdsfleet-nvmeof.conf").stdout
     mount = node.exec("findmnt -n -o FSTYPE /mnt/gds").stdout.strip()
@@ -120,10 +149,12 @@ def test_connects_over_rdma_formats_mounts_and_verify_passes(play: Any) -> None:
     assert node.exec("cat /etc/nvme/hostnqn /etc/nvme/hostid").stdout == ids
     assert node.exec("ls /sys/class/nvme").stdout.split() == ["nvme0", "nvme1"]
 
-    # persistent: at boot the simulated nvmf-autoconnect (connect-all over discovery.conf)
-    # reconnects the subsystem over RDMA, with nvme-rdma loaded from modules-load.d
+    # persistent: at boot the simulated systemd runs the unit's nvme connect, which reconnects
+    # that subsystem (and only it) over RDMA, with nvme-rdma loaded from modules-load.d
     node.reboot()
+    assert node.exec("ls /sys/class/nvme").stdout.split() == ["nvme0", "nvme1"]
     assert node.exec("cat /sys/class/nvme/nvme1/transport").stdout.strip() == "rdma"
+    assert node.exec("cat /sys/class/nvme/nvme1/subsysnqn").stdout.strip() == NQN
     assert node.exec("findmnt -n -o FSTYPE /mnt/gds").stdout.strip() == "xfs"
     result = transport_check(node)
     assert result.status == "pass", result

@@ -5,7 +5,10 @@ nvidia-fs/CUDA package, no DKMS, no gdscheck, no modinfo-visible .ko, no nvidia-
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
@@ -114,3 +117,80 @@ def test_io_test_command_puts_the_driver_containers_libraries_first() -> None:
     assert " /opt/gdsfleet/venv/bin/python - " in cmd
     assert iotest.operator_library_path(None) is None
     assert iotest.command(IoTestOptions(), "/mnt/gds", "python3").startswith("python3 - ")
+
+
+VALIDATIONS = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-operator" / "validations"
+
+
+def with_driver_ready(doc: dict[str, Any], text: str | None) -> dict[str, Any]:
+    doc["items"]["operator_driver_ready"] = (
+        {"kind": "file", "rc": 0, "out": text, "err": "",
+         "path": "/run/nvidia/validations/driver-ready"} if text is not None else
+        {"kind": "file", "rc": None, "out": "", "err": "missing",
+         "path": "/run/nvidia/validations/driver-ready"})
+    return doc
+
+
+def test_host_installed_driver_with_the_validators_files_is_a_host_install() -> None:
+    # the GPU Operator validates a host-installed driver too and writes driver-ready with
+    # IS_HOST_DRIVER=true (no driver container, so /run/nvidia/driver is not populated)
+    host = (VALIDATIONS / "driver-ready.host-driver").read_text()
+    for root in (None, ""):
+        doc = with_driver_ready(operator_doc(driver_root=root), host)
+        facts, _, by_id, _ = evaluate(doc)
+        assert facts["operator"]["managed"] is False, facts["operator"]
+        assert facts["operator"]["host_driver"] is True
+        assert "IS_HOST_DRIVER=true" in facts["operator"]["evidence"]
+        for cid in HOST_ONLY:
+            assert not by_id[cid].message.startswith("operator-managed node: "), (cid, root)
+        assert by_id["nvfs.persist"].status == "warn"
+        assert by_id["libcufile.present"].status == "fail"
+    # even with a driver root listing, the validator's own word wins
+    facts, _, _, _ = evaluate(with_driver_ready(operator_doc(), host))
+    assert facts["operator"]["managed"] is False
+
+
+def test_validations_without_a_populated_driver_root_are_no_operator_mark() -> None:
+    # an older validator's empty driver-ready (or none): a populated /run/nvidia/driver decides
+    for ready in ("", None):
+        facts, _, _, _ = evaluate(with_driver_ready(operator_doc(driver_root=None), ready))
+        assert facts["operator"]["managed"] is False, ready
+        facts, _, _, _ = evaluate(with_driver_ready(operator_doc(), ready))
+        assert facts["operator"]["managed"] is True, ready
+
+
+def test_driver_container_per_the_validator_is_operator_managed() -> None:
+    ctr = (VALIDATIONS / "driver-ready.driver-container").read_text()
+    facts, _, by_id, compliant = evaluate(with_driver_ready(operator_doc(), ctr))
+    assert facts["operator"]["managed"] is True and facts["operator"]["host_driver"] is False
+    assert "IS_HOST_DRIVER=false" in facts["operator"]["evidence"]
+    assert all(by_id[cid].status == "skip" for cid in HOST_ONLY)
+    assert compliant
+    # a host package still means a host install, whatever the validator says
+    pkgs = "nvidia-fs-dkms\t2.25.7-1\tii \n"
+    facts, _, _, _ = evaluate(with_driver_ready(operator_doc(host_packages=pkgs), ctr))
+    assert facts["operator"]["managed"] is False
+
+
+def test_driver_ready_is_parsed_bounded() -> None:
+    from provisioner.verify.facts import parse_driver_ready
+
+    assert parse_driver_ready((VALIDATIONS / "driver-ready.host-driver").read_text()) == {
+        "IS_HOST_DRIVER": "true", "NVIDIA_DRIVER_ROOT": "/", "DRIVER_ROOT_CTR_PATH": "/host",
+        "NVIDIA_DEV_ROOT": "/", "DEV_ROOT_CTR_PATH": "/host"}
+    hostile = "IS_HOST_DRIVER=false\x1b[2J\n" + "junk line\n" * 100 + "x=1\nIS_HOST_DRIVER=true\n"
+    assert parse_driver_ready(hostile) == {}
+    assert parse_driver_ready("A=" + "v" * 300) == {}
+
+
+def test_gather_reads_driver_ready_bounded(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.remote import gather
+
+    ready = tmp_path / "driver-ready"
+    monkeypatch.setattr(gather, "OPERATOR_DRIVER_READY", str(ready))
+    assert gather.operator_driver_ready()["rc"] is None
+    ready.write_text((VALIDATIONS / "driver-ready.host-driver").read_text() + "A" * 100_000)
+    item = gather.operator_driver_ready()
+    assert item["rc"] == 0 and len(item["out"]) == gather.OPERATOR_DRIVER_READY_MAX
+    assert item["out"].startswith("IS_HOST_DRIVER=true\n")

@@ -29,9 +29,14 @@ HOSTS: dict[str, dict[str, Any]] = {
     "no_mofed": {"mofed_flavor": "none"},
     # RDMA storage with MOFED from the Network Operator's container (not the host)
     "rdma_containerized_mofed": {"mofed_flavor": "none", "gds_storage_rdma": True},
-    # an older chart (driver.useOpenKernelModules), another pinned nvidia-fs, a driver version
+    # an older chart (driver.useOpenKernelModules), the host pin set, a driver version
     "chart_v24": {"gpu_operator_chart_version": "v24.9.2", "cuda_nvidia_fs_version": "2.26.6",
                   "gpu_operator_driver_version": "550.144.03"},
+    # the two release lines between (each pairs its driver with another nvidia-fs)
+    "chart_v25_10": {"gpu_operator_chart_version": "v25.10.1"},
+    "chart_v26_3": {"gpu_operator_chart_version": "v26.3.3", "cuda_nvidia_fs_version": "2.25.7"},
+    # the operator asks for another nvidia-fs image explicitly
+    "asked_nvfs": {"gpu_operator_gds_version": "2.27.3"},
     # extra values merged over the rendered ones
     "extra": {"gpu_operator_values_extra": {"toolkit": {"enabled": False},
                                             "driver": {"rdma": {"enabled": False}}},
@@ -147,23 +152,30 @@ def test_rdma_and_host_mofed_follow_the_inventory(rendered: dict[str, Any]) -> N
     assert rendered["extra"]["toolkit"] == {"enabled": False}
 
 
-def test_gds_version_is_the_pinned_nvidia_fs_in_the_charts_format(
-        rendered: dict[str, Any]) -> None:
+# nvidia-fs each chart release pairs with its driver container: gds.version in the chart's own
+# values.yaml (fixtures, source in tests/fixtures/gpu-operator/README.md).
+CHART_NVFS = {"v24.9.2": "2.20.5", "v25.10.1": "2.26.6", "v26.3.3": "2.27.3", "v26.7.0": "2.29.4"}
+
+
+def test_chart_fixtures_hold_the_nvidia_fs_each_release_pairs_with_its_driver() -> None:
+    fixtures = {p.name[len("values-"):-len(".yaml")] for p in FIXTURES.glob("values-*.yaml")}
+    assert fixtures == set(CHART_NVFS)
+    for release, nvfs in CHART_NVFS.items():
+        assert str(chart_values(release)["gds"]["version"]) == nvfs, release
+
+
+def test_gds_version_is_left_to_the_chart_unless_asked(rendered: dict[str, Any]) -> None:
+    # the host pin (cuda_nvidia_fs_version, 2.25.7) is no nvidia-fs any chart release ships
     cuda_defaults = yaml.safe_load((ROOT / "roles" / "cuda" / "defaults" / "main.yml").read_text())
-    pinned = cuda_defaults["cuda_nvidia_fs_version"]
-    assert rendered["defaults"]["gds"]["version"] == pinned
-    assert rendered["chart_v24"]["gds"]["version"] == "2.26.6"
+    pinned = str(cuda_defaults["cuda_nvidia_fs_version"])
+    assert pinned not in CHART_NVFS.values()
+    for name in ("defaults", "no_mofed", "chart_v24", "chart_v25_10", "chart_v26_3", "extra"):
+        assert rendered[name]["gds"] == {"enabled": True}, (name, rendered[name]["gds"])
+    # set only when the operator asks, in the chart's x.y.z format
+    assert rendered["asked_nvfs"]["gds"] == {"enabled": True, "version": "2.27.3"}
     assert rendered["chart_v24"]["driver"]["version"] == "550.144.03"
-    # the role's fallback (without the cuda role's variable) is the same pin
-    own = (ROLE / "defaults" / "main.yml").read_text()
-    assert f"default('{pinned}')" in own
-    # the chart's own gds.version is x.y.z with no "v" (the operator appends -<OS tag>)
-    for path in sorted(FIXTURES.glob("values-*.yaml")):
-        chart_version = str(yaml.safe_load(path.read_text())["gds"]["version"])
-        assert re.fullmatch(r"\d+\.\d+\.\d+", chart_version), (path.name, chart_version)
-    assert re.fullmatch(r"\d+\.\d+\.\d+", pinned)
-    # the operator needs nvidia-fs >= 2.17.5 with the open kernel module
-    assert tuple(int(x) for x in pinned.split(".")) >= (2, 17, 5)
+    for release in CHART_NVFS:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", str(chart_values(release)["gds"]["version"]))
 
 
 def test_the_whole_role_with_helm_off_writes_the_same_values(rendered: dict[str, Any]) -> None:
@@ -173,7 +185,7 @@ def test_the_whole_role_with_helm_off_writes_the_same_values(rendered: dict[str,
 
 BAD: dict[str, tuple[dict[str, Any], str]] = {
     "p2pdma_route": ({"gds_route": "p2pdma"}, "gds_route is p2pdma"),
-    "old_nvfs": ({"cuda_nvidia_fs_version": "2.16.1"}, "is 2.16.1: set an nvidia-fs version"),
+    "old_nvfs": ({"gpu_operator_gds_version": "2.16.1"}, "is 2.16.1: set an nvidia-fs version"),
     "v_prefixed_nvfs": ({"gpu_operator_gds_version": "v2.25.7"}, "is v2.25.7: set an nvidia-fs"),
     "no_release": ({"gpu_operator_chart_version": "latest"}, "is latest: set it to a release"),
     "extra_list": ({"gpu_operator_values_extra": ["gds"]}, "must be a mapping of chart values"),

@@ -114,13 +114,13 @@ def test_no_topology_means_nothing_visible() -> None:
     assert storage.mount_transports("/dev/loop3", "7:3", {}) == []
 
 
-def _check(topo: str, target_path: str = "/mnt/gds") -> Any:
+def _check(topo: str, target_path: str = "/mnt/gds", route: str = "nvfs") -> Any:
     from provisioner.verify import checks, iotest
     from provisioner.verify.facts import build_facts
     from provisioner.verify.policy import Policy
     from tests.unit import nodefacts
 
-    doc = nodefacts.gather_doc(route="nvfs")
+    doc = nodefacts.gather_doc(route=route)
     mounts = "".join(f"{i['source']} {i['target']} {i['fstype']} rw,noatime 0 0\n" for i in
                      storage.parse_mountinfo((FIX / "mountinfo.txt").read_text()))
     doc["items"]["mounts"] = {"kind": "file", "rc": 0, "out": mounts, "err": ""}
@@ -130,9 +130,10 @@ def _check(topo: str, target_path: str = "/mnt/gds") -> Any:
                                      "out": json.dumps(json.loads((FIX / topo).read_text())),
                                      "err": ""}
     facts = build_facts(doc)
-    route = checks.determine_route(facts)
-    _, results, _ = checks.evaluate(facts, iotest.evaluate({}, route=route), Policy.default(),
-                                    route=route, io_path=target_path)
+    seen = checks.determine_route(facts)
+    assert seen == route
+    _, results, _ = checks.evaluate(facts, iotest.evaluate({}, route=seen), Policy.default(),
+                                    route=seen, io_path=target_path)
     return {c.id: c for c in results}["fs.mount.transport"]
 
 
@@ -143,9 +144,48 @@ def test_check_passes_rdma_and_fails_tcp() -> None:
     assert "GDS does not work over NVMe/TCP" in failed.message and "RDMA" in failed.message
 
 
+def test_md_members_are_marked_with_their_array() -> None:
+    assert {p["md"] for p in _transport("/mnt/raid", "topology-pcie-md.json", False)} == {"md127"}
+    assert {p["md"] for p in _transport("/mnt/gds", "topology-rdma.json")} == {""}
+
+
+def test_p2pdma_route_fails_nvme_of_and_md_raid() -> None:
+    # NVIDIA's P2PDMA guide: NVMe-oF and RAID0 over NVMe are not supported on that route
+    rdma = _check("topology-rdma.json", route="p2pdma")
+    assert rdma.status == "fail", rdma
+    assert "NVMe-oF (rdma)" in rdma.message and "nvfs route" in rdma.message
+    raid = _check("topology-pcie-md.json", "/mnt/raid", route="p2pdma")
+    assert raid.status == "fail", raid
+    assert "md RAID (md127)" in raid.message
+    # the same mounts pass on the nvfs route, and one local namespace passes on p2pdma
+    assert _check("topology-rdma.json").status == "pass"
+    assert _check("topology-pcie-md.json", "/mnt/raid").status == "pass"
+    assert _check("topology-pcie-md.json", route="p2pdma").status == "pass"
+
+
 def test_schema_has_the_rdma_keys_nvmeof_needs() -> None:
     schema = ROOT / "plugins" / "module_utils" / "cufile_schema.json"
     keys = json.loads(schema.read_text())["keys"]
     for key in ("properties.rdma_dev_addr_list", "properties.rdma_load_balancing_policy",
                 "block.nvmeof.use_pci_p2pdma"):
         assert key in keys
+
+
+def test_persist_splits_discovery_from_nqn_targets_and_dedups_on_the_full_key() -> None:
+    disc = target(discovery=True, nqn="")
+    targets = [
+        target(), target(),                                   # the same NQN target twice
+        target(nqn="nqn.2024-01.com.example:gds-pool-b"),     # another subsystem, same port
+        disc, dict(disc),                                     # the same discovery line twice
+        dict(disc, service_id="8009"),                        # another port of that address
+        dict(disc, host_traddr="10.20.0.11"),                 # from another local address
+        dict(disc, transport="tcp"),                          # another transport
+    ]
+    plan = nf.nvmeof_persist(targets)
+    # NQN targets are connected one by one at boot, never written as discovery lines
+    assert [t["nqn"] for t in plan["connect"]] == [POOL_A, "nqn.2024-01.com.example:gds-pool-b"]
+    assert all(t["discovery"] for t in plan["discovery"])
+    assert [(t["transport"], t["service_id"], t["host_traddr"]) for t in plan["discovery"]] == [
+        ("rdma", "4420", ""), ("rdma", "8009", ""), ("rdma", "4420", "10.20.0.11"),
+        ("tcp", "4420", "")]
+    assert nf.nvmeof_persist([]) == {"discovery": [], "connect": []}

@@ -6,6 +6,9 @@ import re
 from typing import Any
 
 NVFS_SYMBOLS = ("nvme_v1_register_nvfs_dma_ops", "nvme_v2_register_nvfs_dma_ops")
+# nvidia-fs's registration hook in a GDS-patched nvme-rdma (NVMe-oF): NVIDIA/gds-nvidia-fs
+# src/nvfs-dma.c has only this v1 name up to v2.28.4 (tests/fixtures/kallsyms/README.md).
+NVFS_RDMA_SYMBOLS = ("nvme_rdma_v1_register_nvfs_dma_ops",)
 P2PDMA_SYMBOL = "p2pdma_pgmap_ops"
 
 
@@ -19,9 +22,12 @@ def parse_kallsyms(text: str) -> dict[str, Any]:
         module = parts[3].strip("[]") if len(parts) > 3 else None
         symbols[parts[2]] = module
     nvfs = [s for s in NVFS_SYMBOLS if s in symbols]
+    rdma = [s for s in NVFS_RDMA_SYMBOLS if s in symbols]
     return {
         "nvfs_dma_ops": nvfs[0] if nvfs else None,
         "nvfs_dma_ops_module": symbols.get(nvfs[0]) if nvfs else None,
+        "nvfs_rdma_dma_ops": rdma[0] if rdma else None,
+        "nvfs_rdma_dma_ops_module": symbols.get(rdma[0]) if rdma else None,
         "p2pdma_pgmap_ops": P2PDMA_SYMBOL in symbols,
         "symbols": sorted(symbols),
     }

@@ -131,25 +131,27 @@ def mount_transports(source: str, devno: str | None, topo: dict[str, Any],
                      multipath: bool = True) -> list[dict[str, str]]:
     """Every NVMe controller path under a mount: the namespace (found by the mount's device
     number among /dev/nvmeXnY, or by the source's name), or the members of an md array, each
-    with its controller, transport and address. Empty when none is visible."""
-    names: list[str] = []
+    with its controller, transport, address and ``md`` (the array it belongs to, "" for a
+    namespace mounted directly). Empty when none is visible."""
+    names: list[tuple[str, str]] = []  # (namespace, md array it is a member of or "")
     namespaces = topo.get("namespaces") or {}
     md = topo.get("md") or {}
     base = os.path.basename(source or "")
     if _NS_RE.match(base):
-        names.append(base)
-    names += [n for n, d in namespaces.items() if devno and d == devno and n not in names]
+        names.append((base, ""))
+    names += [(n, "") for n, d in namespaces.items()
+              if devno and d == devno and (n, "") not in names]
     if not names:
         arrays = [a for a, v in md.items() if a == base or (devno and v.get("dev") == devno)]
         for a in arrays:
-            names += [s for s in md[a].get("slaves") or [] if _NS_RE.match(s)]
+            names += [(s, str(a)) for s in md[a].get("slaves") or [] if _NS_RE.match(s)]
     out: list[dict[str, str]] = []
     ctrls = topo.get("controllers") or {}
-    for n in names:
+    for n, array in names:
         for c in _controllers_of(n, topo, multipath):
             info = ctrls.get(c) or {}
             out.append({"namespace": n, "controller": c,
                         "transport": str(info.get("transport") or "unknown").lower(),
                         "address": str(info.get("address") or ""),
-                        "subsysnqn": str(info.get("subsysnqn") or "")})
+                        "subsysnqn": str(info.get("subsysnqn") or ""), "md": array})
     return out

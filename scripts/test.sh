@@ -2,12 +2,43 @@
 # The whole test suite, from a fresh machine: setup, lint (ruff, mypy, ansible-lint on the whole
 # repository, changelog fragments), the collection build and ansible-test sanity on it, unit
 # tests, molecule scenarios and the simulated fleet. Extra arguments go to pytest.
+#
+#   scripts/test.sh            everything (CI: .ci/run)
+#   scripts/test.sh --fast     the developer's lane: ruff, mypy and every test that needs no
+#                              container (-m 'not container and not fleet and not molecule'),
+#                              in a few minutes; no node image, no ansible-lint, no sanity
+#
+# pytest runs with pytest-xdist: GDSFLEET_TEST_WORKERS workers (default 4 for the whole
+# suite, measured on 2 cores: the container tests mostly wait on SSH, simulated reboots and
+# apt, so more workers than cores pay; docs/testing.md has the figures), whole files per
+# worker (--dist loadfile: a module's shared fleet or node stays on one worker).
+# GDSFLEET_TEST_WORKERS=0 runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+
+fast=0
+if [ "${1:-}" = "--fast" ]; then fast=1; shift; fi
+workers=${GDSFLEET_TEST_WORKERS:-$([ "$fast" = 1 ] && echo 2 || echo 4)}
+if ! [[ "$workers" =~ ^[0-9]+$ ]]; then
+  echo "test.sh: GDSFLEET_TEST_WORKERS must be a number of workers (0: serial), not '$workers'" >&2
+  exit 64
+fi
+xdist=()
+if [ "$workers" -gt 0 ]; then xdist=(-n "$workers" --dist loadfile); fi
+
 export CONTAINERS_CONF="$PWD/tests/harness/containers.conf"
 export PATH="$PWD/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$PWD/.lab/collections"
+
+if [ "$fast" = 1 ]; then
+  bash scripts/setup.sh --python-only
+  echo "== ruff"; ruff check provisioner plugins tests bench
+  echo "== mypy"; mypy
+  echo "== pytest (no containers)"
+  exec python -m pytest "${xdist[@]}" -m "not container and not fleet and not molecule" "$@"
+fi
+
+bash scripts/setup.sh
 bash scripts/install_collection.sh >/dev/null
 
 echo "== ruff"; ruff check provisioner plugins tests bench
@@ -21,9 +52,9 @@ echo "== ansible-test sanity (the collection as built): started in the backgroun
 sanity_log=$(mktemp)
 bash scripts/ansible_test_sanity.sh >"$sanity_log" 2>&1 &
 sanity_pid=$!
-echo "== pytest"
+echo "== pytest (${workers} workers)"
 rc=0
-python -m pytest "$@" || rc=$?
+python -m pytest "${xdist[@]}" "$@" || rc=$?
 echo "== ansible-test sanity (the collection as built)"
 if ! wait "$sanity_pid"; then
   grep -vE "^(Collecting|Downloading|Installing|Successfully|WARNING: Location|  )" "$sanity_log" | tail -n 60 >&2

@@ -24,8 +24,10 @@ xdist: every fixture here is safe with several workers. Container names carry a 
 process (and the xdist worker id), loopback ports come from tests/harness/run.py's machine-wide
 reservations, the node image and the stand-in repository build under their own file locks, and
 one repository server serves the whole run. Module-scoped fleets and nodes stay with their
-module: the run distributes tests with ``--dist loadgroup`` and every test without an
-``xdist_group`` marker is grouped by its file (``pytest_collection_modifyitems`` below).
+module: scripts/test.sh distributes whole files (``--dist loadfile``), so a new test file needs
+nothing to be xdist-safe. (``--dist loadgroup`` with xdist_group markers does not group under
+pytest 9.2 with pytest-xdist 3.8.0: xdist renames ``item._nodeid``, which pytest 9.2 no longer
+reads, so the groups are ignored.)
 """
 
 from __future__ import annotations
@@ -71,12 +73,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 # ------------------------------------------------------------------------------ markers
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            # one worker runs a file's tests: its module-scoped fleet or node is made once
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
         names = set(getattr(item, "fixturenames", ()))
         if names & FLEET_FIXTURES:
             item.add_marker(pytest.mark.fleet)

@@ -10,9 +10,9 @@
 #
 # pytest runs with pytest-xdist: GDSFLEET_TEST_WORKERS workers (default 4 for the whole
 # suite, measured on 2 cores: the container tests mostly wait on SSH, simulated reboots and
-# apt, so more workers than cores pay; docs/testing.md has the figures), whole files per
-# worker (--dist loadfile: a module's shared fleet or node stays on one worker).
-# GDSFLEET_TEST_WORKERS=0 runs serially.
+# apt, so more workers than cores pay; docs/testing.md has the figures). --gdsfleet-schedule
+# (tests/harness/schedule.py): tests that share a module's fleet or node stay on one worker,
+# in order; the longest parts start first. GDSFLEET_TEST_WORKERS=0 runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,7 @@ if ! [[ "$workers" =~ ^[0-9]+$ ]]; then
   exit 64
 fi
 xdist=()
-if [ "$workers" -gt 0 ]; then xdist=(-n "$workers" --dist loadfile); fi
+if [ "$workers" -gt 0 ]; then xdist=(-n "$workers" --dist loadfile --gdsfleet-schedule); fi
 
 export CONTAINERS_CONF="$PWD/tests/harness/containers.conf"
 export PATH="$PWD/.venv/bin:$PATH"

@@ -66,6 +66,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_RUN_DIR] = runmod.start_run(labmod.lab_dir())
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--gdsfleet-schedule", action="store_true",
+                     help="with -n: spread whole files over the workers, cutting a file at "
+                          "its costly module fixtures, longest parts first "
+                          "(tests/harness/schedule.py)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if not config.getoption("gdsfleet_schedule"):
+        return None
+    from tests.harness import schedule
+
+    return schedule.make_scheduler(config, log)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     d = config.stash.get(_RUN_DIR, None)
     if d is not None:
@@ -81,6 +97,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.container)
         elif names & CONTAINER_FIXTURES:
             item.add_marker(pytest.mark.container)
+    if config.getoption("gdsfleet_schedule", False):
+        from tests.harness import schedule
+
+        schedule.write_parts(items)  # before the worker reports its collection
 
 
 def _need_podman() -> None:

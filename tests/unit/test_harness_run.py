@@ -244,3 +244,82 @@ def test_free_port_helper_is_loopback_and_not_8470() -> None:
     assert port != runmod.DEFAULT_REPO_PORT
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+SCHEDULED = '''
+import os
+from pathlib import Path
+
+import pytest
+
+OUT = Path(os.environ["SCHED_OUT"])
+
+
+@pytest.fixture(scope="module")
+def module_sim_node():  # stands in for the harness's container factory (same name)
+    return object()
+
+
+@pytest.fixture(scope="module")
+def fleet_a(module_sim_node):
+    return "a"
+
+
+@pytest.fixture(scope="module")
+def fleet_b(module_sim_node):
+    return "b"
+
+
+@pytest.fixture(scope="module")
+def cheap():
+    return 1
+
+
+def _record(name):
+    (OUT / name).write_text(f"{os.getpid()}")
+
+
+def test_a1(fleet_a): _record("a1")
+def test_b1(fleet_b): _record("b1")
+def test_c1(cheap): _record("c1")
+def test_a2(fleet_a): _record("a2")
+def test_alone(tmp_path): _record("alone")
+def test_a3(fleet_a, cheap): _record("a3")
+def test_c2(cheap): _record("c2")
+'''
+
+
+def test_schedule_keeps_tests_that_share_a_fleet_together(tmp_path: Path) -> None:
+    """--gdsfleet-schedule (tests/harness/schedule.py): tests sharing a costly module fixture
+    run on one worker, in file order; tests sharing a cheap module fixture stay with their
+    file; the parts are what the workers recorded for the controller."""
+    test = tmp_path / "test_sched.py"
+    test.write_text(SCHEDULED)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "GDSFLEET_TEST_RUN"))}
+    env.update(PYTHONPATH=str(ROOT), SCHED_OUT=str(out))
+    groups = tmp_path / "groups.json"
+    plugin = tmp_path / "dump_parts.py"
+    plugin.write_text(
+        "import json, os\nfrom tests.harness import schedule\n"
+        "def pytest_collection_finish(session):\n"
+        f"    open({str(groups)!r}, 'w').write(json.dumps(schedule.parts(session.items)))\n")
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                           "-p", "tests.harness.fixtures", "-p", "dump_parts",
+                           "-p", "no:cacheprovider", "-q", "-n", "3", "--dist", "loadfile",
+                           "--gdsfleet-schedule", str(test)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "7 passed" in proc.stdout
+    parts = {k.rsplit("::", 1)[1]: v["group"] for k, v in json.loads(groups.read_text()).items()}
+    assert parts["test_a1"] == parts["test_a2"] == parts["test_a3"] != parts["test_b1"]
+    assert parts["test_c1"] == parts["test_c2"]
+    assert "::" not in parts["test_c1"]  # the file's group, not a test of its own
+    assert parts["test_alone"].endswith("::test_alone")
+    pid = {p.name: p.read_text() for p in out.iterdir()}
+    assert pid["a1"] == pid["a2"] == pid["a3"]
+    assert pid["c1"] == pid["c2"]

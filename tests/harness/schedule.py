@@ -182,3 +182,32 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
                     node.shutdown()
 
     return FleetScheduling(config, log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m tests.harness.schedule DURATIONS.jsonl > tests/durations.json: the per-test
+    seconds (setup + call + teardown) of a run made with GDSFLEET_TEST_DURATIONS=DURATIONS.jsonl,
+    the slowest first."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m tests.harness.schedule DURATIONS.jsonl > tests/durations.json",
+              file=sys.stderr)
+        return 64
+    seconds: dict[str, float] = {}
+    with open(args[0]) as fh:
+        for line in fh:
+            row = json.loads(line)
+            seconds[row["nodeid"]] = seconds.get(row["nodeid"], 0.0) + float(row["seconds"])
+    tests = dict(sorted(((k, round(v, 1)) for k, v in seconds.items()), key=lambda kv: -kv[1]))
+    json.dump({"about": "per-test seconds (setup+call+teardown) of a measured run; "
+                        "tests/harness/schedule.py starts the longest parts first; "
+                        "docs/testing.md says how to refresh it",
+               "tests": tests}, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

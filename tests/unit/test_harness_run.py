@@ -323,3 +323,48 @@ def test_schedule_keeps_tests_that_share_a_fleet_together(tmp_path: Path) -> Non
     pid = {p.name: p.read_text() for p in out.iterdir()}
     assert pid["a1"] == pid["a2"] == pid["a3"]
     assert pid["c1"] == pid["c2"]
+
+
+SLOW = '''
+import time
+
+
+def test_slow_with_reason():
+    """Does something slow.
+
+    Slow: stands in for two simulated reboots.
+    """
+    time.sleep(0.4)
+
+
+def test_slow_without_reason():
+    """Does something slow and says nothing about it."""
+    time.sleep(0.4)
+
+
+def test_fast():
+    pass
+'''
+
+
+def test_tests_over_the_limit_without_a_reason_are_listed(tmp_path: Path) -> None:
+    """tests/conftest.py: a test over the limit with no 'Slow:' line in its docstring (and not
+    in docs/testing.md's table) is listed at the end of the run, with xdist too; the final
+    summary line stays pytest's own."""
+    test = tmp_path / "test_slow.py"
+    test.write_text(SLOW)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "GDSFLEET_TEST_RUN"))}
+    env.update(PYTHONPATH=str(ROOT), GDSFLEET_SLOW_SECONDS="0.2")
+    for extra in ([], ["-n", "2"]):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                               "-p", "tests.conftest", "-p", "no:cacheprovider", *extra,
+                               str(test)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+        out = proc.stdout
+        assert proc.returncode == 0, out[-3000:]
+        listed = out.split("without a 'Slow:' line", 1)[1].split("\n=", 1)[0]
+        assert "::test_slow_without_reason" in listed
+        assert "test_slow_with_reason" not in listed and "test_fast" not in listed
+        assert out.rstrip().splitlines()[-1].lstrip("= ").startswith("3 passed in ")

@@ -342,13 +342,12 @@ class Lab:
     # -- public API
     def up(self, nodes: int = 2, profile_map: Mapping[str, Any] | None = None,
            default_profile: str = "nvfs", *, build: bool = True,
-           serve_repo: bool | None = None, timeout: float = 120) -> list[LabNode]:
-        """Start (or keep) the nodes. ``serve_repo``: serve the stand-in repository on
-        repo_port() (default: only the operator's lab does; a test run serves its own)."""
+           serve_repo: bool = True, timeout: float = 120) -> list[LabNode]:
+        """Start (or keep) the nodes. ``serve_repo``: also serve the stand-in repository on
+        repo_port() (the operator's lab, benchmarks); test runs pass False: they serve their
+        own (tests/harness/run.py)."""
         if not 1 <= nodes <= 99:
             raise LabError("--nodes must be between 1 and 99")
-        if serve_repo is None:
-            serve_repo = self.prefix == LAB_PREFIX
         with self._locked():
             if build:
                 ensure_image()

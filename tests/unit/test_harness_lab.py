@@ -76,8 +76,8 @@ def test_lab_down_removes_containers_and_loops(tmp_path, node_image, standin_rep
     base = runmod.reserve_ports(1) - 1
     lab = labmod.Lab(tmp_path, prefix=name, port_base=base)
     try:
-        nodes = lab.up(1)
-        again = lab.up(1)  # idempotent: same container, same loop
+        nodes = lab.up(1, serve_repo=False)  # the run serves the repository
+        again = lab.up(1, serve_repo=False)  # idempotent: same container, same loop
         assert [n.loop for n in again] == [n.loop for n in nodes]
         loop, backing = nodes[0].loop, nodes[0].backing
         assert labmod.Lab._loop_backs(loop, backing)

@@ -64,6 +64,11 @@ def pytest_configure(config: pytest.Config) -> None:
     the workers inherit its directory and repository port through the environment."""
     if not hasattr(config, "workerinput"):
         config.stash[_RUN_DIR] = runmod.start_run(labmod.lab_dir())
+        if "GDSFLEET_NODE_IMAGE" not in os.environ and shutil.which("podman"):
+            # this checkout's image, by recipe (molecule reads the variable too)
+            os.environ["GDSFLEET_NODE_IMAGE"] = labmod.recipe_image()
+    if os.environ.get("GDSFLEET_NODE_IMAGE"):
+        labmod.IMAGE = os.environ["GDSFLEET_NODE_IMAGE"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

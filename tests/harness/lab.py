@@ -42,7 +42,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "harness"
-IMAGE = os.environ.get("GDSFLEET_NODE_IMAGE", "localhost/gdsfleet-node:bookworm")
+DEFAULT_IMAGE = "localhost/gdsfleet-node:bookworm"
+IMAGE = os.environ.get("GDSFLEET_NODE_IMAGE", DEFAULT_IMAGE)
 CONTAINERS_CONF = HARNESS / "containers.conf"
 LAB_PREFIX = "gdsfleet-lab"
 LAB_PORT_BASE = 2200
@@ -97,10 +98,35 @@ def podman(*args: str, check: bool = True,
 _IMAGE_CHECKED: list[bool] = []
 
 
+def node_recipe() -> str:
+    """The node image's recipe hash, computed exactly as build_node_image.sh does (same
+    pipeline, same locale)."""
+    script = ('(cat "$1"; find "$2" -type f -not -path \'*/__pycache__/*\' -print0 | sort -z '
+              '| xargs -0 cat) | sha256sum | cut -c1-16')
+    return run(["bash", "-c", script, "recipe", str(HARNESS / "build_node_image.sh"),
+                str(HARNESS / "node")]).stdout.strip()
+
+
+def recipe_image(recipe: str | None = None) -> str:
+    """The tag of this checkout's node image: one per recipe, so checkouts whose node/ differs
+    never rebuild over each other's image (the shared :bookworm tag is the lab's)."""
+    return f"{DEFAULT_IMAGE.rsplit(':', 1)[0]}:recipe-{recipe or node_recipe()}"
+
+
+def _image_label(image: str) -> str | None:
+    proc = podman("image", "inspect", "--format", '{{ index .Config.Labels "gdsfleet.recipe" }}',
+                  image, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def ensure_image() -> None:
     """Build the node image when missing or stale (the script caches on a recipe hash);
-    checked once per process."""
+    checked once per process. A test run's image is its recipe's tag (recipe_image): when
+    only :bookworm of the same recipe exists (setup.sh built it), it is tagged, not rebuilt."""
     if not _IMAGE_CHECKED:
+        recipe = IMAGE.rsplit(":recipe-", 1)[1] if ":recipe-" in IMAGE else None
+        if recipe and _image_label(IMAGE) is None and _image_label(DEFAULT_IMAGE) == recipe:
+            podman("tag", DEFAULT_IMAGE, IMAGE)
         run(["bash", str(HARNESS / "build_node_image.sh")], timeout=1200)
         _IMAGE_CHECKED.append(True)
 

@@ -368,3 +368,11 @@ def test_tests_over_the_limit_without_a_reason_are_listed(tmp_path: Path) -> Non
         assert "::test_slow_without_reason" in listed
         assert "test_slow_with_reason" not in listed and "test_fast" not in listed
         assert out.rstrip().splitlines()[-1].lstrip("= ").startswith("3 passed in ")
+
+
+def test_the_run_uses_this_checkouts_node_image_by_recipe(node_image: str) -> None:
+    """The node image is tagged by its recipe (tests/harness/node/ and the build script), so a
+    checkout whose node/ differs neither rebuilds over this one's image nor runs on it."""
+    recipe = labmod.node_recipe()
+    assert node_image == labmod.recipe_image(recipe) == os.environ["GDSFLEET_NODE_IMAGE"]
+    assert labmod._image_label(node_image) == recipe

@@ -37,6 +37,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,10 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ["GDSFLEET_NODE_IMAGE"] = labmod.recipe_image()
     if os.environ.get("GDSFLEET_NODE_IMAGE"):
         labmod.IMAGE = os.environ["GDSFLEET_NODE_IMAGE"]
+    if hasattr(config, "workerinput") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # execnet starts xdist workers with SIGINT ignored; tests of signal handling expect
+        # Python's own handler, as in a serial run
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -23,11 +23,11 @@ automatically.
 xdist: every fixture here is safe with several workers. Container names carry a token of the
 process (and the xdist worker id), loopback ports come from tests/harness/run.py's machine-wide
 reservations, the node image and the stand-in repository build under their own file locks, and
-one repository server serves the whole run. Module-scoped fleets and nodes stay with their
-module: scripts/test.sh distributes whole files (``--dist loadfile``), so a new test file needs
-nothing to be xdist-safe. (``--dist loadgroup`` with xdist_group markers does not group under
-pytest 9.2 with pytest-xdist 3.8.0: xdist renames ``item._nodeid``, which pytest 9.2 no longer
-reads, so the groups are ignored.)
+one repository server serves the whole run. Tests that share a module's fleet or node stay on
+one worker: scripts/test.sh runs ``-n N --dist loadfile --gdsfleet-schedule``
+(tests/harness/schedule.py), so a new test file needs nothing to be xdist-safe.
+(``--dist loadgroup`` with xdist_group markers does not group under pytest 9.2 with
+pytest-xdist 3.8.0: xdist renames ``item._nodeid``, which pytest 9.2 no longer reads.)
 """
 
 from __future__ import annotations

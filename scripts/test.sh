@@ -40,6 +40,7 @@ fi
 
 bash scripts/setup.sh
 bash scripts/install_collection.sh >/dev/null
+export GDSFLEET_COLLECTION_INSTALLED="$PWD"  # the tests' installed_collection fixture uses it
 
 echo "== ruff"; ruff check provisioner plugins tests bench
 echo "== mypy"; mypy

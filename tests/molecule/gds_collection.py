@@ -44,7 +44,10 @@ def installed_collection() -> Path:
             timeout=300,
         )
 
-    runmod.once("installed-collection", install)
+    # scripts/test.sh installs it before pytest (and runs ansible-lint beside the tests, which
+    # must not see it reinstalled under its feet): it says so with this variable
+    if os.environ.get("GDSFLEET_COLLECTION_INSTALLED") != str(ROOT):
+        runmod.once("installed-collection", install)
     path = ROOT / ".lab" / "collections"
     assert (path / "ansible_collections" / "gdsfleet" / "gds" / "roles" / "preflight").is_dir()
     return path

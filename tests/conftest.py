@@ -69,6 +69,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     gateway = getattr(getattr(report, "node", None), "gateway", None)
     line = {"nodeid": report.nodeid, "when": report.when, "seconds": round(report.duration, 2),
             "outcome": report.outcome, "worker": getattr(gateway, "id", None)}
+    if report.failed:  # what failed, as the run goes (the tracebacks come at the end)
+        lines = [ln for ln in report.longreprtext.splitlines() if ln.startswith("E ")]
+        line["error"] = (lines[0] if lines else report.longreprtext[-300:])[:300]
     with Path(path).open("a") as fh:
         fh.write(json.dumps(line) + "\n")
 

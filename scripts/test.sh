@@ -8,9 +8,10 @@
 #                              container (-m 'not container and not fleet and not molecule'),
 #                              in a few minutes; no node image, no ansible-lint, no sanity
 #
-# pytest runs with pytest-xdist: GDSFLEET_TEST_WORKERS workers (default 4 for the whole
-# suite, measured on 2 cores: the container tests mostly wait on SSH, simulated reboots and
-# apt, so more workers than cores pay; docs/testing.md has the figures). --gdsfleet-schedule
+# pytest runs with pytest-xdist: GDSFLEET_TEST_WORKERS workers (default 3 for the whole
+# suite, 2 for --fast; docs/testing.md says why and how to measure another count): the
+# container tests mostly wait on SSH, apt and simulated reboots, so more workers than cores
+# pay, but their timeouts were sized for a serial run. --gdsfleet-schedule
 # (tests/harness/schedule.py): tests that share a module's fleet or node stay on one worker,
 # in order; the longest parts start first. GDSFLEET_TEST_WORKERS=0 runs serially.
 set -euo pipefail
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 fast=0
 if [ "${1:-}" = "--fast" ]; then fast=1; shift; fi
-workers=${GDSFLEET_TEST_WORKERS:-$([ "$fast" = 1 ] && echo 2 || echo 4)}
+workers=${GDSFLEET_TEST_WORKERS:-$([ "$fast" = 1 ] && echo 2 || echo 3)}
 if ! [[ "$workers" =~ ^[0-9]+$ ]]; then
   echo "test.sh: GDSFLEET_TEST_WORKERS must be a number of workers (0: serial), not '$workers'" >&2
   exit 64

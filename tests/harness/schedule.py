@@ -15,8 +15,8 @@ module-scoped fleet or node is made once), with two differences:
   the file's order. A test must not depend on another test having run (it never could: pytest
   -k or a failure earlier in the file runs it alone).
 * Parts start longest first (by tests/durations.json, the per-test seconds of a measured run;
-  a test missing there counts 30 s when it uses containers, else 0.5 s), so the long ones do
-  not start last.
+  a test missing there counts 600 s when it uses containers, so that an unmeasured one starts
+  early, else 0.5 s), so the long ones do not start last.
 
 Workers compute the parts while collecting (they have the fixtures) and write them into the run
 folder; the controller's scheduler reads them. Nothing here changes what a test does, only
@@ -37,7 +37,7 @@ from tests.harness import run as runmod
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 CONTAINER_FACTORIES = {"lab_fleet", "module_sim_node", "sim_node", "node_image"}
 GROUPS_FILE = "xdist-groups.json"
-DEFAULT_CONTAINER_SECONDS = 30.0
+DEFAULT_CONTAINER_SECONDS = 600.0  # unknown container tests start early: they may be long
 DEFAULT_SECONDS = 0.5
 
 

@@ -2,9 +2,13 @@
 # Installs what the project and its tests need on a fresh Debian 12 machine (run as root):
 # system packages, the pinned virtual environment in .venv, the simulated node image and the
 # stand-in package repository. Safe to run again: every step skips work already done.
+#   scripts/setup.sh                 everything
+#   scripts/setup.sh --python-only   system packages and .venv only (scripts/test.sh --fast)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+python_only=0
+if [ "${1:-}" = "--python-only" ]; then python_only=1; fi
 
 apt_pkgs=(podman runc debootstrap openssh-client openssh-server xfsprogs e2fsprogs dpkg-dev
           apt-utils gnupg sqlite3 python3-venv uidmap postgresql chromium)
@@ -29,6 +33,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
+[ "$python_only" = 1 ] && exit 0
 export CONTAINERS_CONF="$root/tests/harness/containers.conf"
 echo "== node image"
 bash tests/harness/build_node_image.sh

@@ -1,6 +1,90 @@
 """Shared pytest configuration: loads the test harness fixtures (simulated nodes, stand-in
-repository, lab fleets) from tests/harness/fixtures.py."""
+repository, lab fleets) from tests/harness/fixtures.py, and watches test durations.
+
+Slow tests say why (docs/testing.md, "Slow tests"): a test whose call takes more than
+SLOW_SECONDS has a docstring with a line starting ``Slow:`` that says what the time buys (e.g.
+``Slow: two simulated reboots and a full rollout of one node``), or is in the table of the
+slowest tests in docs/testing.md, which says why. The end of the run lists the tests over the
+limit without either (a warning, not a failure: timings on loaded CI machines vary).
+``GDSFLEET_TEST_DURATIONS=<file>`` also appends every test phase's duration there as JSON lines
+(nodeid, phase, seconds, worker), as each test finishes, whatever the xdist worker.
+"""
 
 from __future__ import annotations
 
+import inspect
+import json
+import os
+from pathlib import Path
+
+import pytest
+
 pytest_plugins = ["tests.harness.fixtures"]
+
+SLOW_SECONDS = float(os.environ.get("GDSFLEET_SLOW_SECONDS", "60"))  # env: for its own test
+_UNEXPLAINED = "gdsfleet-slow-without-reason"
+TESTING_DOC = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
+_documented: set[str] | None = None
+
+
+def documented_slow_tests() -> set[str]:
+    """Node ids (without parameters) in docs/testing.md's table of the slowest tests."""
+    global _documented
+    if _documented is None:
+        try:
+            text = TESTING_DOC.read_text()
+        except OSError:
+            text = ""
+        _documented = {
+            cell.strip().strip("`").split("[", 1)[0]
+            for line in text.splitlines() if line.startswith("| ")
+            for cell in line.split("|") if cell.strip().startswith("`tests/")}
+    return _documented
+
+
+def slow_reason(obj: object) -> str | None:
+    """The ``Slow:`` line of a test's docstring (None without one)."""
+    for line in (inspect.getdoc(obj) or "").splitlines():
+        if line.strip().lower().startswith("slow:"):
+            return line.strip()[5:].strip() or None
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> object:
+    report = yield
+    if call.when == "call" and call.duration > SLOW_SECONDS \
+            and slow_reason(getattr(item, "obj", None)) is None \
+            and item.nodeid.split("[", 1)[0] not in documented_slow_tests():
+        # user_properties travel with the report from an xdist worker to the controller
+        report.user_properties.append((_UNEXPLAINED, round(call.duration, 1)))
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get("GDSFLEET_TEST_DURATIONS")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller writes (once)
+        return
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    line = {"nodeid": report.nodeid, "when": report.when, "seconds": round(report.duration, 2),
+            "outcome": report.outcome, "worker": getattr(gateway, "id", None)}
+    if report.failed:  # what failed, as the run goes (the tracebacks come at the end)
+        lines = [ln for ln in report.longreprtext.splitlines() if ln.startswith("E ")]
+        line["error"] = (lines[0] if lines else report.longreprtext[-300:])[:300]
+    with Path(path).open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    slow = []
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            for key, value in getattr(rep, "user_properties", ()):
+                if key == _UNEXPLAINED:
+                    slow.append((value, rep.nodeid))
+    if slow:
+        terminalreporter.write_sep("=", f"tests over {SLOW_SECONDS:.0f} s without a 'Slow:' "
+                                        "line in their docstring (docs/testing.md)")
+        for seconds, nodeid in sorted(slow, reverse=True):
+            terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")

@@ -6,8 +6,10 @@ never touches containers or loop devices it did not make: its containers are nam
 ``gdsfleet-hx-<session token>-...`` / ``gdsfleet-fx-<session token>-NN`` and carry a label.
 
 * ``node_image`` (session): the node image, built when missing or stale.
-* ``standin_repo`` (session): the stand-in repository, built (cached) and served on
-  127.0.0.1:8470; returns a :class:`StandinRepo` with the URLs and key paths.
+* ``standin_repo`` (session): the stand-in repository, built (cached) and served by this test
+  run on a loopback port of its own (tests/harness/run.py: chosen when the run starts, exported
+  as GDSFLEET_REPO_PORT; never a server the run did not start); returns a :class:`StandinRepo`
+  with the URLs and key paths.
 * ``sim_node`` (function) / ``module_sim_node`` (module): factories,
   ``sim_node(profile="nvfs", env={"SIM_IOMMU": "pt"}, ssh=True, nvme=True)`` -> :class:`SimNode`.
 * ``lab_fleet`` (module): factory, ``lab_fleet(3, {"2": "p2pdma"})`` -> :class:`Fleet` with the
@@ -17,6 +19,15 @@ never touches containers or loop devices it did not make: its containers are nam
 
 Tests that use these fixtures are marked ``container`` (``fleet`` for ``lab_fleet``)
 automatically.
+
+xdist: every fixture here is safe with several workers. Container names carry a token of the
+process (and the xdist worker id), loopback ports come from tests/harness/run.py's machine-wide
+reservations, the node image and the stand-in repository build under their own file locks, and
+one repository server serves the whole run. Tests that share a module's fleet or node stay on
+one worker: scripts/test.sh runs ``-n N --dist loadfile --gdsfleet-schedule``
+(tests/harness/schedule.py), so a new test file needs nothing to be xdist-safe.
+(``--dist loadgroup`` with xdist_group markers does not group under pytest 9.2 with
+pytest-xdist 3.8.0: xdist renames ``item._nodeid``, which pytest 9.2 no longer reads.)
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -39,10 +51,51 @@ from typing import Any
 import pytest
 
 from tests.harness import lab as labmod
+from tests.harness import run as runmod
 
 CONTAINER_FIXTURES = {"node_image", "standin_repo", "sim_node", "module_sim_node"}
 FLEET_FIXTURES = {"lab_fleet"}
-TOKEN = secrets.token_hex(3)
+TOKEN = secrets.token_hex(3) + os.environ.get("PYTEST_XDIST_WORKER", "")
+_RUN_DIR = pytest.StashKey[Path]()
+
+
+# ------------------------------------------------------------------------------ the run
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (or the only process) starts the run before any xdist worker exists, so
+    the workers inherit its directory and repository port through the environment."""
+    if not hasattr(config, "workerinput"):
+        config.stash[_RUN_DIR] = runmod.start_run(labmod.lab_dir())
+        if "GDSFLEET_NODE_IMAGE" not in os.environ and shutil.which("podman"):
+            # this checkout's image, by recipe (molecule reads the variable too)
+            os.environ["GDSFLEET_NODE_IMAGE"] = labmod.recipe_image()
+    if os.environ.get("GDSFLEET_NODE_IMAGE"):
+        labmod.IMAGE = os.environ["GDSFLEET_NODE_IMAGE"]
+    if hasattr(config, "workerinput") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # execnet starts xdist workers with SIGINT ignored; tests of signal handling expect
+        # Python's own handler, as in a serial run
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--gdsfleet-schedule", action="store_true",
+                     help="with -n: spread whole files over the workers, cutting a file at "
+                          "its costly module fixtures, longest parts first "
+                          "(tests/harness/schedule.py)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if not config.getoption("gdsfleet_schedule"):
+        return None
+    from tests.harness import schedule
+
+    return schedule.make_scheduler(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    d = config.stash.get(_RUN_DIR, None)
+    if d is not None:
+        runmod.finish_run(d)
 
 
 # ------------------------------------------------------------------------------ markers
@@ -54,6 +107,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.container)
         elif names & CONTAINER_FIXTURES:
             item.add_marker(pytest.mark.container)
+    if config.getoption("gdsfleet_schedule", False):
+        from tests.harness import schedule
+
+        schedule.write_parts(items)  # before the worker reports its collection
 
 
 def _need_podman() -> None:
@@ -94,43 +151,15 @@ class StandinRepo:
                 "verify_runtime_index_url": f"{self.base_url}/pypi/simple"}
 
 
-def _repo_users() -> Path:
-    d = labmod.lab_dir() / "standin-repo-users"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _live_repo_users() -> list[int]:
-    live = []
-    for f in _repo_users().iterdir():
-        if not f.name.isdigit():  # e.g. "lab": the operator's lab is up
-            live.append(-1)
-            continue
-        try:
-            pid = int(f.name)
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            with contextlib.suppress(OSError):
-                f.unlink()
-            continue
-        except PermissionError:
-            pid = int(f.name)
-        live.append(pid)
-    return live
-
-
 @pytest.fixture(scope="session")
-def standin_repo() -> Iterator[StandinRepo]:
-    """Build and serve the repository. Several pytest sessions may share the server: each
-    registers its pid under .lab/standin-repo-users/; the last one out stops the server (when a
-    fixture started it)."""
-    me = _repo_users() / str(os.getpid())
-    me.touch()
-    labmod.ensure_repo()
+def standin_repo() -> StandinRepo:
+    """Build the repository (cached; under build.sh's lock) and serve it for this run: the
+    first worker to ask starts the run's server on the run's port, the controller stops it."""
+    labmod.build_repo()
     d = labmod.lab_dir() / "standin-repo"
-    base = f"http://127.0.0.1:{labmod.repo_port()}"
+    base = runmod.RepoServer(runmod.run_dir()).ensure(d)
     cuda = "cuda/repos/debian12/x86_64"
-    yield StandinRepo(
+    return StandinRepo(
         directory=d, base_url=base, cuda_url=f"{base}/{cuda}/",
         cuda_key_url=f"{base}/{cuda}/3bf863cc.pub",
         doca_url=f"{base}/doca/3.1.0/debian12/x86_64/",
@@ -138,10 +167,6 @@ def standin_repo() -> Iterator[StandinRepo]:
         mlnx_ofed_tarball_url=f"{base}/mlnx_ofed/{labmod.MLNX_OFED_TARBALL}",
         mlnx_ofed_tarball_checksum=labmod.standin_tarball_checksum(),
         cuda_key=d / cuda / "3bf863cc.pub", doca_key=d / "doca" / "GPG-KEY-Mellanox.pub")
-    with contextlib.suppress(OSError):
-        me.unlink()
-    if not _live_repo_users():
-        labmod.stop_repo()
 
 
 @dataclass
@@ -225,15 +250,9 @@ def private_collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ------------------------------------------------------------------------------ sim nodes
 def free_port(start: int = 23000, end: int = 29000) -> int:
-    for _ in range(200):
-        port = start + secrets.randbelow(end - start)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free loopback port")
+    """A free loopback port reserved for this process (tests/harness/run.py: no other worker or
+    concurrent run gets it while this process lives)."""
+    return runmod.reserve_ports(1, start=start, end=end)
 
 
 @dataclass
@@ -391,6 +410,7 @@ class SimNodeFactory:
     def __init__(self, scope_tag: str) -> None:
         self.scope_tag = scope_tag
         self.nodes: list[SimNode] = []
+        self.reserved: list[int] = []
         self.count = 0
 
     def __call__(self, profile: str = "nvfs", env: Mapping[str, str] | None = None, *,
@@ -410,7 +430,11 @@ class SimNodeFactory:
         for k, v in sorted(node.env.items()):
             cmd += ["-e", f"{k}={v}"]
         if ssh:
-            node.ssh_port = ssh if isinstance(ssh, int) and ssh is not True else free_port()
+            if isinstance(ssh, int) and ssh is not True:
+                node.ssh_port = ssh
+            else:
+                node.ssh_port = free_port()
+                self.reserved.append(node.ssh_port)
             node.key_file = labmod.ensure_ssh_key()
             pub = Path(str(node.key_file) + ".pub").read_text().strip()
             cmd += ["-e", f"GDSFLEET_SSH_PORT={node.ssh_port}",
@@ -464,6 +488,9 @@ class SimNodeFactory:
                 with contextlib.suppress(OSError):
                     node.known_hosts.unlink()
         self.nodes.clear()
+        for port in self.reserved:
+            runmod.release_ports(port)
+        self.reserved.clear()
         if errors:
             raise RuntimeError("; ".join(errors))
 
@@ -533,36 +560,29 @@ class FleetFactory:
             if k.startswith(labmod.LAB_PREFIX + "-"):
                 k = str(int(k.rsplit("-", 1)[1]))
             pmap[k] = v
-        lab_nodes = lab.up(nodes, pmap)
+        lab_nodes = lab.up(nodes, pmap, serve_repo=False)  # the run serves the repository
         self.current.nodes = lab_nodes
         lab.inventory(self.current.inventory, lab_nodes, group_vars)
         return self.current
 
     @staticmethod
     def _port_base(nodes: int) -> int:
-        for _ in range(100):
-            base = 24000 + 100 * secrets.randbelow(50)
-            ok = True
-            for i in range(1, nodes + 1):
-                with socket.socket() as s:
-                    try:
-                        s.bind(("127.0.0.1", base + i))
-                    except OSError:
-                        ok = False
-                        break
-            if ok:
-                return base
-        raise RuntimeError("no free block of loopback ports for the fleet")
+        """Node i listens on base + i: reserve base+1 .. base+nodes for this process."""
+        return runmod.reserve_ports(nodes, start=24000, end=29000) - 1
 
     def teardown(self) -> None:
         if self.current is not None:
             fleet, self.current = self.current, None
-            fleet.lab.down(stop_repo_server=False)
+            try:
+                fleet.lab.down(stop_repo_server=False)
+            finally:
+                runmod.release_ports(fleet.lab.port_base + 1, fleet.key[0])
 
 
 @pytest.fixture(scope="module")
-def lab_fleet(request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Fleet]]:
+def lab_fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              standin_repo: StandinRepo) -> Iterator[Callable[..., Fleet]]:
+    """Fleets whose inventories point at this run's repository (the run serves it)."""
     factory = FleetFactory(tmp_path_factory.mktemp("fleet"))
     request.addfinalizer(factory.teardown)
     yield factory

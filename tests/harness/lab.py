@@ -42,7 +42,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "harness"
-IMAGE = os.environ.get("GDSFLEET_NODE_IMAGE", "localhost/gdsfleet-node:bookworm")
+DEFAULT_IMAGE = "localhost/gdsfleet-node:bookworm"
+IMAGE = os.environ.get("GDSFLEET_NODE_IMAGE", DEFAULT_IMAGE)
 CONTAINERS_CONF = HARNESS / "containers.conf"
 LAB_PREFIX = "gdsfleet-lab"
 LAB_PORT_BASE = 2200
@@ -59,8 +60,17 @@ def lab_dir() -> Path:
     return Path(os.environ.get("GDSFLEET_LAB_DIR", str(ROOT / ".lab")))
 
 
+DEFAULT_REPO_PORT = 8470  # what inventories/lab/group_vars/all/repositories.yml names
+
+
 def repo_port() -> int:
-    return int(os.environ.get("GDSFLEET_REPO_PORT", "8470"))
+    """The stand-in repository's port: the lab's (GDSFLEET_REPO_PORT, default 8470); inside a
+    test run, the run's own (tests/harness/run.py exports it)."""
+    value = os.environ.get("GDSFLEET_REPO_PORT", "") or str(DEFAULT_REPO_PORT)
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise LabError(f"GDSFLEET_REPO_PORT={value!r} is not a port number: "
+                       "set it to a free TCP port, e.g. 8471")
+    return int(value)
 
 
 def podman_env() -> dict[str, str]:
@@ -88,19 +98,56 @@ def podman(*args: str, check: bool = True,
 _IMAGE_CHECKED: list[bool] = []
 
 
+def node_recipe() -> str:
+    """The node image's recipe hash, computed exactly as build_node_image.sh does (same
+    pipeline, same locale)."""
+    script = ('(cat "$1"; find "$2" -type f -not -path \'*/__pycache__/*\' -print0 | sort -z '
+              '| xargs -0 cat) | sha256sum | cut -c1-16')
+    return run(["bash", "-c", script, "recipe", str(HARNESS / "build_node_image.sh"),
+                str(HARNESS / "node")]).stdout.strip()
+
+
+def recipe_image(recipe: str | None = None) -> str:
+    """The tag of this checkout's node image: one per recipe, so checkouts whose node/ differs
+    never rebuild over each other's image (the shared :bookworm tag is the lab's)."""
+    return f"{DEFAULT_IMAGE.rsplit(':', 1)[0]}:recipe-{recipe or node_recipe()}"
+
+
+def _image_label(image: str) -> str | None:
+    proc = podman("image", "inspect", "--format", '{{ index .Config.Labels "gdsfleet.recipe" }}',
+                  image, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def ensure_image() -> None:
     """Build the node image when missing or stale (the script caches on a recipe hash);
-    checked once per process."""
+    checked once per process. A test run's image is its recipe's tag (recipe_image): when
+    only :bookworm of the same recipe exists (setup.sh built it), it is tagged, not rebuilt."""
     if not _IMAGE_CHECKED:
+        recipe = IMAGE.rsplit(":recipe-", 1)[1] if ":recipe-" in IMAGE else None
+        if recipe and _image_label(IMAGE) is None and _image_label(DEFAULT_IMAGE) == recipe:
+            podman("tag", DEFAULT_IMAGE, IMAGE)
         run(["bash", str(HARNESS / "build_node_image.sh")], timeout=1200)
         _IMAGE_CHECKED.append(True)
 
 
-def ensure_repo() -> bool:
-    """Build (cached) and serve the stand-in repository. True when this call started the server."""
+def build_repo() -> None:
+    """Build the stand-in repository into <lab dir>/standin-repo (cached; build.sh locks)."""
     run(["bash", str(HARNESS / "standin_repo" / "build.sh")], timeout=600)
+
+
+def ensure_repo() -> bool:
+    """The operator lab's server: build (cached) and serve the stand-in repository on
+    repo_port(). True when this call started the server; False when the server this checkout
+    started is already up. serve.sh refuses (LabError) a port where a server it did not start
+    answers."""
+    build_repo()
+    return _serve_lab_repo()
+
+
+def _serve_lab_repo() -> bool:
     serve = str(HARNESS / "standin_repo" / "serve.sh")
-    if run(["bash", serve, "status"], check=False).returncode == 0:
+    if run(["bash", serve, "ours"], check=False).returncode == 0:
         return False
     run(["bash", serve, "start"], timeout=60)
     return True
@@ -321,13 +368,17 @@ class Lab:
     # -- public API
     def up(self, nodes: int = 2, profile_map: Mapping[str, Any] | None = None,
            default_profile: str = "nvfs", *, build: bool = True,
-           timeout: float = 120) -> list[LabNode]:
+           serve_repo: bool = True, timeout: float = 120) -> list[LabNode]:
+        """Start (or keep) the nodes. ``serve_repo``: also serve the stand-in repository on
+        repo_port() (the operator's lab, benchmarks); test runs pass False: they serve their
+        own (tests/harness/run.py)."""
         if not 1 <= nodes <= 99:
             raise LabError("--nodes must be between 1 and 99")
         with self._locked():
             if build:
                 ensure_image()
-            started_repo = ensure_repo() if build else False
+                build_repo()
+            started_repo = _serve_lab_repo() if build and serve_repo else False
             if self.prefix == LAB_PREFIX:  # the operator's lab keeps the shared server alive
                 users = self.base / "standin-repo-users"
                 users.mkdir(parents=True, exist_ok=True)
@@ -437,6 +488,10 @@ class Lab:
         import yaml
 
         common = load_lab_group_vars()
+        # the lab's group_vars name the default port; point them at the one served now
+        default, now = (f"http://127.0.0.1:{p}/" for p in (DEFAULT_REPO_PORT, repo_port()))
+        common = {k: v.replace(default, now) if isinstance(v, str) else v
+                  for k, v in common.items()}
         common.update(group_vars or {})
         if not (group_vars or {}).get("mofed_mlnx_ofed_tarball_checksum"):
             # the stand-in tarball is served over plain http: the role wants its checksum
@@ -492,8 +547,11 @@ def load_lab_group_vars() -> dict[str, Any]:
 def gc() -> list[str]:
     """Remove what crashed test sessions left: harness containers (gdsfleet-hx-*, gdsfleet-fx-*)
     whose pytest process is gone, and loop devices backed by <such a container>.img whose
-    container no longer exists. Never touches the operator's lab (gdsfleet-lab-NN)."""
-    done: list[str] = []
+    container no longer exists. Never touches the operator's lab (gdsfleet-lab-NN). Also stops
+    the repository servers of test runs whose pytest is gone (tests/harness/run.py)."""
+    from tests.harness import run as runmod
+
+    done: list[str] = runmod.gc_runs(lab_dir() / "runs")
     fmt = '{{.Names}} {{index .Labels "gdsfleet.pid"}}'
     proc = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", fmt, check=False)
     for line in proc.stdout.splitlines():
@@ -561,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{n.name}  ssh root@127.0.0.1 -p {n.port}  profile={n.profile}"
                       f"{' ' + json.dumps(n.env) if n.env else ''}  nvme={n.nvme} ({n.loop})")
             print(f"inventory: {ROOT / 'inventories' / 'lab'}  (first {len(nodes)} hosts are up)")
+            print(f"stand-in repo: http://127.0.0.1:{repo_port()}/  (GDSFLEET_REPO_PORT; "
+                  f"the inventory names {DEFAULT_REPO_PORT})")
         elif args.cmd == "gc":
             for item in gc():
                 print(f"removed {item}")
@@ -575,9 +635,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['name']}  {'running' if r['running'] else 'STOPPED'}  "
                       f"ssh={'ok' if r['ssh'] else 'no'}  port={r['port']}  "
                       f"profile={r['profile']}  loop={r['loop']}")
-            repo = run(["bash", str(HARNESS / "standin_repo" / "serve.sh"), "status"], check=False)
-            print(f"stand-in repo on 127.0.0.1:{repo_port()}: "
-                  f"{'up' if repo.returncode == 0 else 'down'}")
+            serve = str(HARNESS / "standin_repo" / "serve.sh")
+            if run(["bash", serve, "ours"], check=False).returncode == 0:
+                state = "up (this checkout's server)"
+            elif run(["bash", serve, "status"], check=False).returncode == 0:
+                state = "ANSWERED BY ANOTHER SERVER (not this checkout's; set GDSFLEET_REPO_PORT)"
+            else:
+                state = "down"
+            print(f"stand-in repo on 127.0.0.1:{repo_port()}: {state}")
     except LabError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 1

@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from tests.harness import lab as labmod
+from tests.harness import run as runmod
+from tests.harness.fixtures import TOKEN
 
 pytestmark = [pytest.mark.container, pytest.mark.fleet]
 
@@ -43,7 +45,10 @@ def test_fleet_ssh_profiles_and_inventory(lab_fleet) -> None:  # noqa: ANN001
     hosts = inv["all"]["children"]["gpu_nodes"]["hosts"]
     assert sorted(hosts) == fleet.names
     assert hosts[one.name]["ansible_port"] == one.port
-    assert inv["all"]["vars"]["cuda_repo_base_url"] == "http://127.0.0.1:8470/cuda/repos"
+    # the run's own repository port (tests/harness/run.py), never the lab's 8470
+    port = labmod.repo_port()
+    assert port != 8470
+    assert inv["all"]["vars"]["cuda_repo_base_url"] == f"http://127.0.0.1:{port}/cuda/repos"
     # the same arguments give back the same fleet (reuse within a module)
     assert lab_fleet(2, {"2": {"profile": "p2pdma", "env": {"SIM_IOMMU": "pt"}}}) is fleet
 
@@ -66,17 +71,21 @@ def test_fleet_node_survives_ansible_reboot(lab_fleet) -> None:  # noqa: ANN001
 
 
 def test_lab_down_removes_containers_and_loops(tmp_path, node_image, standin_repo) -> None:  # noqa: ANN001
-    lab = labmod.Lab(tmp_path, prefix="gdsfleet-hx-labtest", port_base=25800)
+    # a name and ports of this process's own: concurrent runs and xdist workers run this too
+    name = f"gdsfleet-hx-{TOKEN}-labtest"
+    base = runmod.reserve_ports(1) - 1
+    lab = labmod.Lab(tmp_path, prefix=name, port_base=base)
     try:
-        nodes = lab.up(1)
-        again = lab.up(1)  # idempotent: same container, same loop
+        nodes = lab.up(1, serve_repo=False)  # the run serves the repository
+        again = lab.up(1, serve_repo=False)  # idempotent: same container, same loop
         assert [n.loop for n in again] == [n.loop for n in nodes]
         loop, backing = nodes[0].loop, nodes[0].backing
         assert labmod.Lab._loop_backs(loop, backing)
     finally:
         removed = lab.down()
-    assert removed == ["gdsfleet-hx-labtest-01"]
+    runmod.release_ports(base + 1)
+    assert removed == [f"{name}-01"]
     ps = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
                         text=True, env=labmod.podman_env(), check=True).stdout.split()
-    assert "gdsfleet-hx-labtest-01" not in ps
+    assert f"{name}-01" not in ps
     assert not labmod.Lab._loop_backs(loop, backing)

@@ -13,13 +13,16 @@
 #                                      archive: the REAL Debian 12 python3-venv packages
 #                                      (apt-get download), signed with a throw-away key;
 #                                      debian/archive-key.asc
-# Cached: skips the build when its inputs (these scripts, payload/, kernel, port) are unchanged.
+# Cached: skips the build when its inputs (these scripts, payload/, kernel) are unchanged. The
+# repository does not depend on the port it is served on (test runs serve it on a port of their
+# own, tests/harness/run.py): cuda-keyring's sources list names the lab's default port 8470,
+# as the real package names NVIDIA's fixed URL (no test installs cuda-keyring).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 lab=${GDSFLEET_LAB_DIR:-$root/.lab}
 out=$lab/standin-repo
-port=${GDSFLEET_REPO_PORT:-8470}
+keyring_port=8470
 kernel=${GDSFLEET_SIM_KERNEL:-$(uname -r)}
 export GNUPGHOME=$lab/standin-repo-gnupg
 mkdir -p "$lab"
@@ -35,7 +38,7 @@ venv_debs="python3-venv python3.11-venv python3-pip-whl python3-setuptools-whl p
 suite_version() { apt-cache madison "$1" | awk -F'|' '$3 ~ / bookworm\/main / {gsub(/ /, "", $2); print $2; exit}'; }
 deb_pins=""
 for p in $venv_debs; do v=$(suite_version "$p"); [ -n "$v" ] || v=$(apt-cache policy "$p" | awk '/Candidate:/ {print $2}'); deb_pins="$deb_pins $p=$v"; done
-inputs=$( (cat "$0" "$here/build_debs.py"; find "$here/payload" "$wheels" -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 cat; cat "$root/roles/verify_runtime/defaults/main.yml"; echo "$kernel $port $deb_pins") | sha256sum | cut -c1-16)
+inputs=$( (cat "$0" "$here/build_debs.py"; find "$here/payload" "$wheels" -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 cat; cat "$root/roles/verify_runtime/defaults/main.yml"; echo "$kernel $deb_pins") | sha256sum | cut -c1-16)
 if [ -f "$out/.inputs" ] && [ "$(cat "$out/.inputs")" = "$inputs" ] && [ -f "$GNUPGHOME/.keys-ok" ] \
    && [ -f "$out/cuda/repos/debian12/x86_64/InRelease" ]; then
   echo "stand-in repo $out is current ($inputs)"
@@ -68,7 +71,7 @@ gpg --batch --armor --export "$doca_key" > "$new/doca/GPG-KEY-Mellanox.pub"
 gpg --batch --export "$cuda_key" > "$new/.cuda-archive-keyring.gpg"
 
 python3 "$here/build_debs.py" "$new" "$kernel" "$new/.cuda-archive-keyring.gpg" \
-  "http://127.0.0.1:$port/cuda/repos/debian12/x86_64/"
+  "http://127.0.0.1:$keyring_port/cuda/repos/debian12/x86_64/"
 rm -f "$new/.cuda-archive-keyring.gpg"
 
 # Stand-in package index (PEP 503) with the stand-in kvikio/cupy wheels.

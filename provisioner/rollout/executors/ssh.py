@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from provisioner.errors import UsageError
+from provisioner.interrupts import requested as _requested
 from provisioner.rollout.executors.shard import ShardBy, shard_hosts
 from provisioner.rollout.runner import (
     _DROPPED_ENV,
@@ -528,7 +529,8 @@ class SshExecutor:
                 def transmit() -> None:
                     assert proc is not None and proc.stdin is not None  # noqa: S101
                     try:
-                        ansible_runner.run(streamer="transmit", _output=proc.stdin, **kwargs)
+                        ansible_runner.run(streamer="transmit", _output=proc.stdin,
+                                           cancel_callback=_requested, **kwargs)
                     except (OSError, ValueError):
                         pass  # ssh gone: the process side sees the stream end
                     finally:
@@ -548,6 +550,9 @@ class SshExecutor:
                     private_data_dir=str(local), ident=ident, quiet=True,
                     event_handler=collector.handle, status_handler=on_status,
                     settings={"suppress_output_file": True},
+                    # ours, always: without a cancel callback ansible-runner installs SIGINT and
+                    # SIGTERM handlers of its own on the main thread and never puts ours back
+                    cancel_callback=_requested,
                 )
                 t_tx.join(30)
                 try:

@@ -25,7 +25,6 @@ import os
 import re
 import shlex
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -438,30 +437,12 @@ def _scrub_runner_env(status: Mapping[str, Any], runner_config: Any = None) -> N
 
 
 def _scrub_artifacts(pdd: Path) -> None:
-    """Owner-only modes for everything in the runner's folder; and its ``artifacts/*/command``
-    files record the job's environment: mask any secret an operator's environment held
-    (secret-named variables, URL passwords)."""
-    from provisioner.fsutil import write_private
-    from provisioner.redact import redact_mapping
+    """Owner-only modes for everything in the runner's folder, and secrets masked in its
+    ``artifacts/*/command`` files (they record the job's environment): the same scrub that
+    ``provisioner.rollout.artifacts`` gives a killed run's leftovers at the next start."""
+    from provisioner.rollout.artifacts import scrub_artifacts
 
-    # ansible-runner writes some artifacts (stderr, fact_cache/) with the umask's default
-    # modes, inside its 0700 folders: narrow them to 0600/0700 too (never widening)
-    for p in pdd.rglob("*"):
-        with contextlib.suppress(OSError):
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
-                continue
-            keep = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
-            if stat.S_IMODE(st.st_mode) & ~keep:
-                os.chmod(p, stat.S_IMODE(st.st_mode) & keep)
-    for cmd in pdd.glob("artifacts/*/command"):
-        try:
-            doc = json.loads(cmd.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        clean = redact_mapping(doc)
-        if clean != doc:
-            write_private(cmd, json.dumps(clean, ensure_ascii=False))
+    scrub_artifacts(pdd)
 
 
 def _write_outcomes(path: Path, playbook: str, status: str, rc: int | None, saw_stats: bool,

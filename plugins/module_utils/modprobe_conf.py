@@ -148,7 +148,7 @@ def cmdline_options(text):
     module name with ``-`` turned into ``_``; words with a quote elsewhere, blanks outside the
     value's quotes or a second dot before ``=`` are ignored, as is ``modprobe.blacklist``."""
     out = []
-    for word in _cmdline_words(str(text or "")[:65536]):
+    for word in tokenize(str(text or "")[:65536]):  # blanks inside quotes stay in a word
         if word.startswith('"') and word.count('"') == 2 and word.endswith('"'):
             word = word[1:-1]  # "mod.param=a b" as boot loaders pass it
         name, eq, value = word.partition("=")
@@ -159,26 +159,6 @@ def cmdline_options(text):
             continue
         out.append((module.replace("-", "_"), f"{param}{eq}{value}"))
     return out
-
-
-def _cmdline_words(text):
-    """Blank-separated words; blanks inside double quotes stay in the word."""
-    words = []
-    cur = []
-    quoted = False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-            cur.append(ch)
-        elif ch.isspace() and not quoted:
-            if cur:
-                words.append("".join(cur))
-                cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        words.append("".join(cur))
-    return words
 
 
 def unquote(value):

@@ -195,6 +195,13 @@ def weakening_ssh_options(args: str) -> list[str]:
     return found
 
 
+def truthy(value: Any) -> bool:
+    """An inventory boolean (YAML true, or the strings Ansible reads as true)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
+
+
 def _falsy(value: Any) -> bool:
     if isinstance(value, bool):
         return not value

@@ -20,7 +20,6 @@ from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
-from provisioner.redact import redact_text
 from provisioner.report import (
     RESULT_COMPLIANT,
     build_report,
@@ -32,6 +31,7 @@ from provisioner.report import (
 )
 from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, fleet_id, new_run_id, resolve_ledger, utcnow
+from provisioner.verify.usecase import NodeRequest, internal_error, unreachable_doc, verify_one
 
 HELP = "prove node by node that GPUDirect Storage takes the direct path"
 
@@ -199,71 +199,6 @@ def _gdsio_options(args: argparse.Namespace) -> Any:
                         workers=args.gdsio_workers, timeout_s=args.io_timeout)
 
 
-def _unreachable(name: str, started: str, t0: float, error: str, *, internal: bool = False
-                 ) -> dict[str, Any]:
-    from provisioner.verify import unreachable_report
-    from provisioner.verify.model import NodeReport
-
-    if internal:
-        doc = NodeReport(name=name, reachable=True, compliant=False, route="unknown",
-                         error=error, started_at=started,
-                         duration_s=time.monotonic() - t0).to_dict()
-        doc["internal_error"] = True
-        return doc
-    doc = unreachable_report(name, error).to_dict()
-    doc["duration_s"] = round(time.monotonic() - t0, 3)
-    return dict(doc)
-
-
-def verify_one(runner: Any, name: str, policy: Any, io: Any, *,
-               nfd_ttl_hours: float | None = None) -> dict[str, Any]:
-    """Verify one node through ``runner``; never raises for the node's own failures.
-    ``nfd_ttl_hours`` not None: also write the node's NFD feature file (0 = no expiry)."""
-    from provisioner.verify import verify_node
-
-    started, t0 = utcnow(), time.monotonic()
-    try:
-        connect = getattr(runner, "connect", None)
-        if connect is not None:
-            connect()
-        report = verify_node(runner, name, policy, io)
-        doc = dict(report.to_dict())
-        if nfd_ttl_hours is not None and report.reachable:
-            from provisioner.verify import nfd
-
-            doc["nfd"] = nfd.publish(runner, doc, ttl_hours=nfd_ttl_hours)
-        return doc
-    except ConnectError as exc:
-        return _unreachable(name, started, t0, str(exc))
-    except Exception as exc:  # a bug: keep the other nodes going; traceback to the debug log
-        from provisioner.debuglog import one_line, write_traceback
-
-        where = write_traceback(f"provisioner verify: internal error on {name}", exc)
-        # the exception's text may quote node output or a secret: redacted, one printable line
-        sys.stderr.write(printable(redact_text(
-            f"provisioner verify: internal error on {name} (a bug, please report it): "
-            f"{one_line(exc)}; traceback in {where or 'no file (unwritable)'}")) + "\n")
-        return _unreachable(name, started, t0, _internal_error(exc), internal=True)
-    finally:
-        close = getattr(runner, "close", None)
-        if close is not None:
-            close()
-
-
-def _internal_error(exc: BaseException | None) -> str:
-    """The ledger's and report's record of an internal error: redacted and bounded."""
-    from provisioner.sanitize import clip
-
-    return redact_text(clip(f"internal error: {exc!r}", 4000))
-
-
-def _truthy(value: Any) -> bool:
-    """An inventory boolean (YAML true, or the strings Ansible reads as true)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "on", "1")
-    return bool(value)
-
-
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     policy, io = _policy_and_io(args)
@@ -330,8 +265,8 @@ def run(args: argparse.Namespace) -> int:
     def on_result(res: HostResult[dict[str, Any]]) -> None:
         nonlocal done
         done += 1
-        doc = res.value if res.value is not None else _unreachable(
-            res.name, started_at, time.monotonic(), _internal_error(res.error),
+        doc = res.value if res.value is not None else unreachable_doc(
+            res.name, started_at, time.monotonic(), internal_error(res.error),
             internal=True)
         reports[res.name] = doc
         if ledger is not None:
@@ -360,16 +295,15 @@ def run(args: argparse.Namespace) -> int:
             try:
                 runner = make(n)
             except ConnectError as exc:
-                return _unreachable(node_name(n), utcnow(), time.monotonic(), str(exc))
-            wants_nfd = args.nfd or _truthy((getattr(n, "vars", None) or {}).get(
-                "gds_nfd_features"))
-            node_io = io.for_node(getattr(n, "verify_io_size", None))
-            extra: dict[str, Any] = {"nfd_ttl_hours": args.nfd_ttl} if wants_nfd else {}
+                return unreachable_doc(node_name(n), utcnow(), time.monotonic(), str(exc))
+            req = NodeRequest.for_node(n, node_name(n), io, nfd=args.nfd,
+                                       nfd_ttl_hours=args.nfd_ttl)
             close = getattr(runner, "close", None)
             # SIGINT/SIGTERM: its SSH connection closes at once; the node's I/O test sees it
             # and stops, removing its test file (provisioner/remote/iotest.py)
             with interrupts.closing(close) if close else contextlib.nullcontext():
-                return verify_one(runner, node_name(n), policy, node_io, **extra)
+                # verify_one by this module's name: tests stand in for it here
+                return verify_one(runner, req.name, policy, req.io, **req.options())
 
         run_parallel(
             items,

@@ -3,8 +3,8 @@
 :class:`AnsibleProvisioner` runs the collection's ``playbooks/site.yml`` (and
 ``playbooks/reboot.yml`` when the rollout decides a reboot) through ansible-runner, one run per
 wave, and appends every per-host event to an events log (JSON lines) so that what each run
-touched can be shown afterwards. :class:`SshVerifier` runs the verify helper's ``verify_node``
-over SSH, in parallel, bounded.
+touched can be shown afterwards. :class:`SshVerifier` verifies each host over SSH, in
+parallel, bounded, through the per-node use case (:func:`provisioner.verify.usecase.verify_one`).
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class AnsibleProvisioner:
 
 
 class SshVerifier:
-    """verify_node over SSH for each host, ``parallel`` at a time; reports as dicts."""
+    """The per-node verify use case over SSH for each host, ``parallel`` at a time; reports
+    as dicts."""
 
     def __init__(
         self,
@@ -146,7 +147,7 @@ class SshVerifier:
         self.make_runner = make_runner
 
     def _one(self, node: Node, io: Any) -> dict[str, Any]:
-        from provisioner.commands.verify import verify_one
+        from provisioner.verify.usecase import NodeRequest, verify_one
 
         try:
             runner = self.make_runner(node)
@@ -154,21 +155,16 @@ class SshVerifier:
             return {"name": node.name, "reachable": False, "compliant": False,
                     "route": "unknown", "checks": [], "io_test": {"path_taken": "skipped"},
                     "facts": {}, "error": str(exc)}
-        for_node = getattr(io, "for_node", None)  # the inventory's gds_verify_io_size
-        if for_node is not None:
-            io = for_node(getattr(node, "verify_io_size", None))
         from provisioner import interrupts
-        from provisioner.commands.verify import _truthy
-        from provisioner.verify.nfd import DEFAULT_TTL_HOURS
 
-        # the inventory's gds_nfd_features: the rollout's verification also labels the node
-        nfd = _truthy((getattr(node, "vars", None) or {}).get("gds_nfd_features"))
-        extra: dict[str, Any] = {"nfd_ttl_hours": DEFAULT_TTL_HOURS} if nfd else {}
+        # the inventory's gds_verify_io_size sizes the I/O test; its gds_nfd_features: the
+        # rollout's verification also labels the node (default expiry)
+        req = NodeRequest.for_node(node, node.name, io)
         close = getattr(runner, "close", None)
         if close is None:
-            return verify_one(runner, node.name, self.policy, io, **extra)
+            return verify_one(runner, req.name, self.policy, req.io, **req.options())
         with interrupts.closing(close):  # SIGINT/SIGTERM: its SSH connection closes at once
-            return verify_one(runner, node.name, self.policy, io, **extra)
+            return verify_one(runner, req.name, self.policy, req.io, **req.options())
 
     def verify(
         self,

@@ -111,10 +111,10 @@ def test_write_failure_is_reported_not_raised(tmp_path: Path) -> None:
 
 
 def test_cli_and_inventory_switches(tmp_path: Path) -> None:
-    from provisioner.commands import verify as cmd
+    from provisioner.inventory import truthy
 
-    assert cmd._truthy("yes") and cmd._truthy(True) and not cmd._truthy("false")
-    assert not cmd._truthy(None)
+    assert truthy("yes") and truthy(True) and not truthy("false")
+    assert not truthy(None)
     from provisioner.cli import main
     from provisioner.exitcodes import Exit
 

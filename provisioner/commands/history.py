@@ -9,7 +9,7 @@ import sys
 from provisioner.commands.status import add_ledger_arguments
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
-from provisioner.report import node_result
+from provisioner.reports.model import node_result
 from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, resolve_ledger
 

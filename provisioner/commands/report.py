@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(doc: dict[str, Any]) -> None:
-    from provisioner.report import render
     from provisioner.reports.model import node_view, summarize
+    from provisioner.reports.terminal import render
     from provisioner.sanitize import printable
 
     if doc["kind"] == "verify":

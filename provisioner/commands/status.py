@@ -13,8 +13,7 @@ import sys
 from typing import Any
 
 from provisioner.exitcodes import Exit
-from provisioner.report import node_result
-from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT
+from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT, node_result
 from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, resolve_ledger
 from provisioner.verify import proof

@@ -20,15 +20,9 @@ from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
-from provisioner.report import (
-    RESULT_COMPLIANT,
-    build_report,
-    exit_code,
-    node_result,
-    render,
-    write_json,
-    write_junit,
-)
+from provisioner.reports import write_json, write_junit
+from provisioner.reports.model import RESULT_COMPLIANT, build_report, exit_code, node_result
+from provisioner.reports.terminal import render
 from provisioner.sanitize import printable
 from provisioner.store import Ledger, display_url, fleet_id, new_run_id, resolve_ledger, utcnow
 from provisioner.verify.usecase import NodeRequest, internal_error, unreachable_doc, verify_one

@@ -3,7 +3,8 @@
 The documents (:mod:`.model`) are built from the records the ledger holds (or the same
 records in memory during a live run); :func:`write_reports` renders them as JSON
 (docs/report-schema.md), JUnit XML, one self-contained HTML page and a Prometheus textfile
-(docs/reports.md), each written atomically by :func:`.files.atomic_write`.
+(docs/reports.md), each written atomically by :func:`.files.atomic_write`; :mod:`.terminal`
+prints a verify run's table.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ from provisioner.reports.files import atomic_write, safe_document, umask_mode
 
 def to_json(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def write_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
+    """The JSON report (docs/report-schema.md) at ``path`` (``-``: stdout), secrets masked."""
+    atomic_write(path, to_json(safe_document(doc)))
+
+
+def write_junit(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
+    """A verify run's JUnit XML at ``path``, secrets masked."""
+    from provisioner.reports.junit import verify_junit
+
+    atomic_write(path, verify_junit(safe_document(doc)))
 
 
 def write_prom_textfile(directory: str | os.PathLike[str], doc: Mapping[str, Any],
@@ -54,4 +67,5 @@ def write_reports(doc: Mapping[str, Any], *, json_path: str | None = None,
         write_prom_textfile(prom_dir, doc)  # safe_document again: idempotent
 
 
-__all__ = ["atomic_write", "to_json", "write_prom_textfile", "write_reports"]
+__all__ = ["atomic_write", "to_json", "write_json", "write_junit", "write_prom_textfile",
+           "write_reports"]

@@ -538,7 +538,7 @@ def test_5_rich_table_takes_node_text_literally() -> None:
     """The terminal table with node text holding markup: printed, not parsed."""
     import io
 
-    from provisioner.report import render
+    from provisioner.reports.terminal import render
 
     doc = {"run_id": "r", "nodes": [{"name": "n[/x]", "reachable": False, "route": "[bold]",
                                      "error": "[/x] " + HOSTILE, "checks": []}]}

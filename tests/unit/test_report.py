@@ -9,15 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.exitcodes import Exit
-from provisioner.report import (
-    SCHEMA_VERSION,
-    build_report,
-    exit_code,
-    render,
-    to_junit,
-    write_json,
-    write_junit,
-)
+from provisioner.reports import write_json, write_junit
+from provisioner.reports.junit import verify_junit as to_junit
+from provisioner.reports.model import SCHEMA_VERSION, build_report, exit_code
+from provisioner.reports.terminal import render
 from provisioner.verify.model import CheckResult, IoTestResult, NodeReport
 
 

@@ -1,51 +1,26 @@
-"""Fleet verification reports: the JSON document, JUnit XML, and the terminal table.
+"""The terminal table of a verify run: a row per node, then what failed on each node.
 
-JSON (docs/report-schema.md)::
-
-    {"schema_version": 1, "run_id": "...", "started_at": "...", "finished_at": "...",
-     "kind": "verify", "fleet": "...", "nodes": [NodeReport.to_dict(), ...],
-     "summary": {"total", "compliant", "not_compliant", "unreachable", "errors",
-                 "routes": {...}, "paths": {...}, "exit_code"}}
-
-JUnit: provisioner/reports/junit.py. The documents and every file format come from
-provisioner.reports (files written atomically, 0600); this module keeps the terminal table.
+Rich on a terminal, plain aligned text otherwise; node text is shown escaped and never read as
+Rich markup (provisioner.sanitize). The document it renders: :func:`.model.build_report`.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-# The documents, JSON and JUnit live in provisioner.reports (one module for every format of
-# verify and rollout); these names stay importable from here.
-from provisioner.reports import to_json
-from provisioner.reports.files import atomic_write, safe_document
-from provisioner.reports.junit import verify_junit as to_junit
 from provisioner.reports.model import (
     RESULT_COMPLIANT,
     RESULT_ERROR,
     RESULT_NOT_COMPLIANT,
     RESULT_UNREACHABLE,
-    SCHEMA_VERSION,
-    build_report,
-    exit_code,
     node_result,
     summarize,
 )
 from provisioner.sanitize import printable
 
 
-def write_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
-    atomic_write(path, to_json(safe_document(doc)))
-
-
-def write_junit(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
-    atomic_write(path, to_junit(safe_document(doc)))
-
-
-# --------------------------------------------------------------------------- terminal
 def _gbps(value: Any) -> str:
     return f"{float(value):.2f}" if isinstance(value, int | float) else "-"
 
@@ -165,21 +140,4 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     return ", ".join(parts) + f" (exit {s['exit_code']})"
 
 
-__all__ = [
-    "RESULT_COMPLIANT",
-    "RESULT_ERROR",
-    "RESULT_NOT_COMPLIANT",
-    "RESULT_UNREACHABLE",
-    "SCHEMA_VERSION",
-    "atomic_write",
-    "build_report",
-    "exit_code",
-    "node_result",
-    "render",
-    "summarize",
-    "summary_line",
-    "to_json",
-    "to_junit",
-    "write_json",
-    "write_junit",
-]
+__all__ = ["HEADERS", "node_rows", "render", "summary_line"]

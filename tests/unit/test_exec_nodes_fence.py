@@ -247,6 +247,8 @@ def test_second_loss_in_a_wave_stops_with_the_hosts_lost(
         rows = led.dispatches(run_id)
     assert "execution node lost: d1, d2" in (res.error or "")
     assert {o.status.value for o in res.hosts.values()} == {"lost"}
+    assert all((o.message or "").startswith("execution node lost: d1, d2")
+               for o in res.hosts.values())  # what the rollout shows for each host
     assert sorted(h for r in rows for h in r["hosts"]) == sorted(HOSTS)  # no redispatch row
     for r in rows:
         assert r["state"] == "abandoned"

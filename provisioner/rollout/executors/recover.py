@@ -65,22 +65,33 @@ def _fence_or_wait(ex: SshExecutor, rec: Dispatch) -> str | None:
 
 
 def _stop(ex: SshExecutor, recs: list[Dispatch], why: str) -> str:
+    """Fence each lost dispatch without waiting (its hosts are not sent again), then mark it
+    ``abandoned``; returns ``why``."""
+    from provisioner.rollout.executors.fence import fence
+
     for rec in recs:
         if rec.state in LOST_STATES:
-            try:
-                _fence_or_wait_quick(ex, rec)
-            finally:
-                ex.mark(rec, "abandoned")
+            res = fence(ex.nodes[rec.exec_node], rec.token, ex.argv,
+                        connect_timeout=ex.opts.connect_timeout)
+            ex.mark(rec, "fenced" if res.state == "fenced" else "fence-" + res.state,
+                    **res.as_detail())
+            ex.mark(rec, "abandoned")
     return why
 
 
-def _fence_or_wait_quick(ex: SshExecutor, rec: Dispatch) -> None:
-    """Fence without waiting (the hosts are not sent again): recorded on the row."""
-    from provisioner.rollout.executors.fence import fence
+def _say(results: dict[str, PlaybookResult], names: list[str], why: str) -> None:
+    """Put the stop's reason first in each lost host's message (the rollout shows it)."""
+    import dataclasses
 
-    res = fence(ex.nodes[rec.exec_node], rec.token, ex.argv,
-                connect_timeout=ex.opts.connect_timeout)
-    ex.mark(rec, "fenced" if res.state == "fenced" else "fence-" + res.state, **res.as_detail())
+    for name in names:
+        res = results.get(name)
+        if res is None:
+            continue
+        hosts = {h: HostOutcome(h, o.status, ok=o.ok, changed=o.changed, skipped=o.skipped,
+                                failed_task=o.failed_task,
+                                message=f"{why}; {o.message or ''}"[:2000])
+                 if o.status is HostStatus.LOST else o for h, o in res.hosts.items()}
+        results[name] = dataclasses.replace(res, hosts=hosts)
 
 
 def recover(ex: SshExecutor, shards: Mapping[str, list[str]], results: dict[str, PlaybookResult],
@@ -93,21 +104,27 @@ def recover(ex: SshExecutor, shards: Mapping[str, list[str]], results: dict[str,
         return []
     wave = call["wave"]
     if len(lost) > 1:
-        return [_stop(ex, [records[n] for n in lost],
-                      f"execution node lost: {', '.join(lost)} in wave {wave}; their hosts "
-                      f"stay lost (a resume redoes them)")]
+        both = _stop(ex, [records[n] for n in lost],
+                     f"execution node lost: {', '.join(lost)} in wave {wave}; their hosts "
+                     f"stay lost (a resume redoes them)")
+        _say(results, lost, both)
+        return [both]
     name = lost[0]
     rec = records[name]
     why = _fence_or_wait(ex, rec)
     if why is not None:
         if rec.state != "abandoned":
             ex.mark(rec, "abandoned")
-        return [f"execution node lost: {name} in wave {wave} ({why}); its hosts stay lost"]
+        msg = f"execution node lost: {name} in wave {wave} ({why}); its hosts stay lost"
+        _say(results, [name], msg)
+        return [msg]
     survivors = [n for n in ex.nodes if n != name]
     if not survivors:
         ex.mark(rec, "abandoned")
-        return [f"execution node lost: {name} in wave {wave}, no other execution node to send "
-                f"its hosts to; they stay lost (a resume redoes them)"]
+        msg = (f"execution node lost: {name} in wave {wave}, no other execution node to send "
+               f"its hosts to; they stay lost (a resume redoes them)")
+        _say(results, [name], msg)
+        return [msg]
     first = results.get(name)
     hosts = [h for h in shards[name] if first is None or first.hosts.get(h) is None
              or first.hosts[h].status is HostStatus.LOST]
@@ -128,17 +145,18 @@ def recover(ex: SshExecutor, shards: Mapping[str, list[str]], results: dict[str,
         merged.setdefault(h, HostOutcome(h, HostStatus.LOST,
                                          message=f"execution node {target}: no result"))
     errors: list[str] = []
+    base = res if res is not None else first
+    results[name] = PlaybookResult(
+        str(call["playbook"]), base.rc if base else None,
+        base.status if base else "error", merged,
+        error=base.error if base else None)
     if interrupts.requested():
         pass
     elif new is None or new.state in LOST_STATES:
         errors.append(_stop(ex, [new] if new is not None else [],
                             f"execution node lost: {name}, then {target} (its redispatch) in "
                             f"wave {wave}; those hosts stay lost (a resume redoes them)"))
+        _say(results, [name], errors[-1])
     elif new.id is not None:
         ex.mark(new, new.state)  # write redispatch_of on its row
-    base = res if res is not None else first
-    results[name] = PlaybookResult(
-        str(call["playbook"]), base.rc if base else None,
-        base.status if base else "error", merged,
-        error=base.error if base else None)
     return errors

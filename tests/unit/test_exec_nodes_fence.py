@@ -210,26 +210,26 @@ def test_unreachable_node_waits_for_the_deadline_before_the_redispatch(
     with Ledger.open(tmp_path / "l.sqlite") as led:
         run_id = led.start_run("rollout", "fleet")
         ex = _executor(lab, nodes, tmp_path, ledger=led)
-        sent: list[tuple[float, list[Any]]] = []
-        real = ex.run_shards
+        sent: list[tuple[float, str, list[str]]] = []
+        real = ex.dispatch_one
 
-        def spy(jobs: Any, call: Any) -> Any:
-            sent.append((time.time(), list(jobs)))
-            return real(jobs, call)
+        def spy(index: int, node: str, hosts: list[str], call: Any, detail: Any = None) -> Any:
+            sent.append((time.time(), node, list(hosts)))
+            return real(index, node, hosts, call, detail)
 
-        monkeypatch.setattr(ex, "run_shards", spy)
+        monkeypatch.setattr(ex, "dispatch_one", spy)
         try:
             res = _run(ex, lab, run_id, timeout=12)
         finally:
             ex.close()
         rows = led.dispatches(run_id)
     dead = [r for r in rows if r["exec_node"] == "dead"]
-    assert len(dead) == 1 and len(sent) == 2, rows
+    assert len(dead) == 1 and len(sent) == 3, rows
     hist = dead[0]["detail"]["history"]
     assert hist[-4:] == ["unreachable", "awaiting-deadline", "deadline-passed", "redispatched"]
     deadline = calendar.timegm(time.strptime(dead[0]["deadline"], "%Y-%m-%dT%H:%M:%SZ"))
-    assert sent[1][0] >= deadline  # nothing sent again before the dead node's deadline
-    assert sent[1][1][0][2] == "e2" and sent[1][1][0][3] == dead[0]["hosts"]
+    again = [x for x in sent if x[2] == dead[0]["hosts"] and x[1] == "e2"]
+    assert len(again) == 1 and again[0][0] >= deadline  # not sent again before the deadline
     assert all(o.status.value != "lost" for o in res.hosts.values()), res.hosts
 
 
@@ -245,11 +245,74 @@ def test_second_loss_in_a_wave_stops_with_the_hosts_lost(
         finally:
             ex.close()
         rows = led.dispatches(run_id)
-    assert "execution node lost: d1, d2" in (res.error or "")
+    assert "execution node lost: " in (res.error or "")
     assert {o.status.value for o in res.hosts.values()} == {"lost"}
-    assert all((o.message or "").startswith("execution node lost: d1, d2")
-               for o in res.hosts.values())  # what the rollout shows for each host
+    for o in res.hosts.values():  # what the rollout shows for each host
+        msg = o.message or ""
+        assert msg.startswith("execution node lost: ") and "d1" in msg and "d2" in msg, msg
     assert sorted(h for r in rows for h in r["hosts"]) == sorted(HOSTS)  # no redispatch row
-    for r in rows:
-        assert r["state"] == "abandoned"
-        assert r["detail"]["history"][-2:] == ["fence-unreachable", "abandoned"]
+    assert [r["state"] for r in rows] == ["abandoned", "abandoned"]
+    # the first loss waits for its deadline (it cannot be fenced); the second ends that wait
+    assert sorted(r["detail"]["history"][-2] for r in rows) == [
+        "awaiting-deadline", "fence-unreachable"], rows
+
+
+def _worker_ssh(port: int) -> list[int]:
+    """PIDs of the coordinator's ssh clients carrying a worker to the execution node on
+    ``port`` (not a fence's)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"/ssh") and str(port).encode() in cmd \
+                and any(b" worker --private-data-dir" in c for c in cmd):
+            out.append(int(pid))
+    return out
+
+
+@needs_sshd
+def test_killed_ssh_mid_play_is_fenced_for_real_then_redispatched(
+        lab: dict[str, Any], env: None, tmp_path: Path) -> None:
+    """e1's ssh killed while both plays sleep: its worker and playbook run on there until the
+    fence kills them (the 15 s sleep keeps them running past the cut); its hosts then run
+    again on e2."""
+    import threading
+
+    root: Path = lab["root"]
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not killed:
+            pids = _worker_ssh(lab["ports"][0])
+            if pids and len(list(root.glob("work/shard.*/artifacts/*"))) >= 2:
+                time.sleep(4)  # both plays are in their 15 s sleep by then
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                killed.extend(pids)
+            time.sleep(0.1)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    ledger = tmp_path / "k.sqlite"
+    _rollout(lab, ledger, "--executor", "ssh", "--exec-inventory", str(lab["exec"]),
+             "-e", "pause=15")
+    t.join()
+    assert killed, "e1's ssh was never seen"
+    run_id, steps = _outcomes(ledger)
+    assert "lost" not in steps.values() and steps["127.0.0.4"] == "failed", steps
+    with Ledger.open(ledger) as led:
+        rows = led.dispatches(run_id)
+    cut = [r for r in rows if r["exec_node"] == "e1" and r["state"] == "redispatched"]
+    assert len(cut) == 1, rows
+    hist = cut[0]["detail"]["history"]
+    assert hist[hist.index("lost"):] == ["lost", "fenced", "redispatched"], hist
+    # the worker and its playbook ran on after their ssh was cut: the fence killed them
+    assert cut[0]["detail"]["killed"] >= 1 and cut[0]["detail"]["left"] == 0
+    assert not guard.tagged(cut[0]["token"])
+    again = next(x for x in rows if x["id"] == cut[0]["detail"]["redispatched_to"]["id"])
+    assert again["exec_node"] == "e2" and again["state"] == "done"

@@ -241,7 +241,7 @@ class SshExecutor:
             children_lock: str | os.PathLike[str] | None, run_tag: str, wave: int,
             kind: str) -> PlaybookResult:
         from provisioner import interrupts
-        from provisioner.rollout.executors.recover import recover
+        from provisioner.rollout.executors.recover import Wave
         from provisioner.rollout.playbooks import looks_like_fqcn
 
         if not hosts:
@@ -258,13 +258,15 @@ class SshExecutor:
             "on_host_event": on_host_event, "timeout": timeout, "run_tag": run_tag,
             "wave": wave, "kind": kind}
         interrupts.check()
-        results, records = self.run_shards(
-            [(name, i, name, shard) for i, (name, shard) in enumerate(shards.items())], call)
+        # a lost shard, in its own thread at once: fence its execution node (or wait out its
+        # deadline), then send its hosts once to a surviving one; a second loss in the wave
+        # stops (executors.recover)
+        wave_state = Wave(self, shards, call)
+        results, _ = self.run_shards(
+            [(name, i, name, shard) for i, (name, shard) in enumerate(shards.items())], call,
+            after=wave_state.after)
         interrupts.check()
-        # a lost shard: fence its execution node (or wait out its deadline), then send its
-        # hosts once to a surviving one; a second loss in the wave stops (executors.recover)
-        errors = recover(self, shards, results, records, call)
-        interrupts.check()
+        errors = list(wave_state.errors)
         outcomes: dict[str, HostOutcome] = {}
         for name, shard in shards.items():
             res = results.get(name)
@@ -282,10 +284,33 @@ class SshExecutor:
                               duration_s=time.monotonic() - started,
                               error="; ".join(e for e in errors if e)[:2000] or None)
 
+    def dispatch_one(self, index: int, node_name: str, shard: list[str],
+                     call: Mapping[str, Any], detail: Mapping[str, Any] | None = None,
+                     ) -> tuple[PlaybookResult, Dispatch | None]:
+        """One shard to one execution node: its ledger row first (``detail`` added to the
+        row's detail), then the dispatch. A fault here leaves the shard's hosts lost."""
+        record: Dispatch | None = None
+        try:
+            record = self._record(index, self.nodes[node_name], shard, call)
+            record.detail.update(detail or {})
+            return self._dispatch(record, self.nodes[node_name], shard, **call), record
+        except Exception as exc:  # a bug or an I/O error here: its hosts are lost
+            from provisioner.sanitize import printable
+
+            if record is not None:
+                record.state = "error"
+            why = printable(f"{type(exc).__name__}: {exc}")[:300]
+            return PlaybookResult(str(call["playbook"]), None, "error", {
+                h: HostOutcome(h, HostStatus.LOST,
+                               message=f"execution node {node_name}: dispatch failed: {why}")
+                for h in shard}, error=None), record
+
     def run_shards(self, jobs: Sequence[tuple[str, int, str, list[str]]], call: Mapping[str, Any],
+                   after: Callable[..., PlaybookResult] | None = None,
                    ) -> tuple[dict[str, PlaybookResult], dict[str, Dispatch]]:
         """Dispatch ``(key, shard index, execution node, hosts)`` jobs in parallel threads;
-        a signal cuts every shard's ssh. Returns the results and dispatch records by key."""
+        ``after(node, hosts, result, record)``, in the shard's thread, may replace a result.
+        A signal cuts every shard's ssh. Returns the results and dispatch records by key."""
         from provisioner import interrupts
 
         results: dict[str, PlaybookResult] = {}
@@ -293,21 +318,13 @@ class SshExecutor:
         lock = threading.Lock()
 
         def one(key: str, index: int, node_name: str, shard: list[str]) -> None:
-            record = self._record(index, self.nodes[node_name], shard, call)
-            with lock:
-                records[key] = record
-            try:
-                res = self._dispatch(record, self.nodes[node_name], shard, **call)
-            except Exception as exc:  # a bug or an I/O error here: its hosts are lost
-                from provisioner.sanitize import printable
-
-                why = printable(f"{type(exc).__name__}: {exc}")[:300]
-                res = PlaybookResult(str(call["playbook"]), None, "error", {
-                    h: HostOutcome(h, HostStatus.LOST,
-                                   message=f"execution node {node_name}: dispatch failed: {why}")
-                    for h in shard}, error=None)
+            res, record = self.dispatch_one(index, node_name, shard, call)
+            if after is not None:
+                res = after(node_name, shard, res, record)
             with lock:
                 results[key] = res
+                if record is not None:
+                    records[key] = record
 
         threads = [threading.Thread(target=one, args=job, daemon=True,
                                     name=f"gdsfleet-shard-{job[2]}") for job in jobs]

@@ -316,3 +316,41 @@ def test_killed_ssh_mid_play_is_fenced_for_real_then_redispatched(
     assert not guard.tagged(cut[0]["token"])
     again = next(x for x in rows if x["id"] == cut[0]["detail"]["redispatched_to"]["id"])
     assert again["exec_node"] == "e2" and again["state"] == "done"
+
+
+@needs_sshd
+def test_exec_nodes_fence_kills_what_a_runs_unfinished_dispatches_left(
+        lab: dict[str, Any], env: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from provisioner.cli import main
+
+    ledger = tmp_path / "l.sqlite"
+    with Ledger.open(ledger) as led:
+        run_id = led.start_run("rollout", "fleet")
+        open_tok, done_tok = f"{run_id}.1.aaaa", f"{run_id}.1.bbbb"
+        led.record_dispatch(run_id, 1, 0, "e1", open_tok, None, "running", ["n1"])
+        done = led.record_dispatch(run_id, 1, 1, "e2", done_tok, None, "dispatching", ["n2"])
+        led.update_dispatch(done, "done")
+    left, ended = _sleeper(open_tok), _sleeper(done_tok)
+    common = ["exec-nodes", "fence", "--exec-inventory", str(lab["exec"]), "--known-hosts",
+              str(lab["root"] / "known_hosts"), "--ssh-config", "none", "--ledger", str(ledger)]
+    try:
+        rc = main([*common, "--run", run_id, "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 0, doc
+        # the coordinator's kill -9 left a "running" row: its processes are killed; a "done"
+        # row's worker swept its own, so a process with its token is not the fence's business
+        assert [(d["exec_node"], d["was"], d["fence"], d["killed"]) for d in doc["dispatches"]
+                ] == [("e1", "running", "fenced", 1)]
+        assert left.wait(timeout=10) == -signal.SIGKILL and ended.poll() is None
+        assert main(common) == 64
+        assert "needs --run" in capsys.readouterr().err
+        assert main([*common, "--run", "20990101T000000Z-abcdef"]) == 64
+        assert "no such run" in capsys.readouterr().err
+    finally:
+        for p in (left, ended):
+            with contextlib.suppress(OSError):
+                p.kill()
+            p.wait()

@@ -354,3 +354,23 @@ def test_exec_nodes_fence_kills_what_a_runs_unfinished_dispatches_left(
             with contextlib.suppress(OSError):
                 p.kill()
             p.wait()
+
+
+@needs_sshd
+def test_a_fault_while_recovering_leaves_the_hosts_lost_and_says_so(
+        lab: dict[str, Any], env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.rollout.executors import fence as fence_mod
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("fence blew up")
+
+    monkeypatch.setattr(fence_mod, "fence", broken)
+    nodes = [_node(lab, "d1", _free_port())]
+    ex = _executor(lab, nodes, tmp_path)
+    try:
+        res = _run(ex, lab, "", timeout=600)
+    finally:
+        ex.close()
+    assert {o.status.value for o in res.hosts.values()} == {"lost"}
+    assert all("recovery failed: RuntimeError: fence blew up" in (o.message or "")
+               for o in res.hosts.values()), res.hosts

@@ -136,11 +136,13 @@ def fence(node: ExecNode, token: str, argv_of: Callable[[ExecNode, str], list[st
     # the runner's folder first on PATH: its virtual environment's python3, else the system's
     remote = (f"R=$(command -v {r}) && PATH=\"${{R%/*}}:$PATH\"; export PATH; "
               f"exec {sweep_command(token)}")
+    from provisioner.errors import UsageError
+
     try:
         proc = subprocess.Popen(argv_of(node, remote), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
-    except OSError as exc:
+    except (OSError, UsageError) as exc:
         return FenceResult("unreachable", detail=f"ssh did not start: {exc}")
     out: list[bytes] = []
     err: list[bytes] = []

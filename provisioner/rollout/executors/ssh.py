@@ -320,7 +320,17 @@ class SshExecutor:
         def one(key: str, index: int, node_name: str, shard: list[str]) -> None:
             res, record = self.dispatch_one(index, node_name, shard, call)
             if after is not None:
-                res = after(node_name, shard, res, record)
+                try:
+                    res = after(node_name, shard, res, record)
+                except Exception as exc:  # a fault recovering: the shard's hosts stay lost
+                    from provisioner.sanitize import printable
+
+                    why = printable(f"{type(exc).__name__}: {exc}")[:300]
+                    res = PlaybookResult(str(call["playbook"]), res.rc, "error", {
+                        h: o if o.status is not HostStatus.LOST else HostOutcome(
+                            h, o.status, message=f"execution node {node_name} lost; recovery "
+                                                 f"failed: {why}")
+                        for h, o in res.hosts.items()}, error=f"recovery failed: {why}")
             with lock:
                 results[key] = res
                 if record is not None:

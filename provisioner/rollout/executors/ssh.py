@@ -20,6 +20,12 @@ The job travels on ssh's stdin, never its command line: extra vars are a 0600 fi
 (``env/extravars``) inside the transmitted private data dir, which the worker removes with
 ``--delete``. The ledger's URL is never sent. Every byte coming back is bounded (line length,
 stderr) and hosts outside the shard are ignored.
+
+Every process of a dispatch on the execution node carries the dispatch's token; the worker runs
+under the shard's deadline and a sweep by token follows it (:mod:`.fence`). A shard whose stream
+ends without a final result is fenced and its hosts sent once to a surviving execution node, in
+the shard's own thread (:mod:`.recover`). The stream reader and the dispatch record are in
+:mod:`.stream`, the exec inventory in :mod:`.nodes`.
 """
 
 from __future__ import annotations

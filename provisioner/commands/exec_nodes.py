@@ -1,7 +1,14 @@
 """``provisioner exec-nodes check``: per execution node of ``--exec-inventory``, reachable or
 not, its ``ansible-runner worker --worker-info``, ansible-core and gdsfleet.gds versions (and
 the collection's MANIFEST.json hash) against this controller's. Exit 0 when every node
-matches, 1 when one does not (the table says which and why), 64 for bad input."""
+matches, 1 when one does not (the table says which and why), 64 for bad input.
+
+``provisioner exec-nodes fence --run RUN``: for every dispatch of the run recorded in the
+ledger that did not end cleanly (not ``done``, ``failed``, ``fenced`` or ``redispatched``),
+over SSH kill every process on its execution node tagged with its token and confirm none is
+left (executors.fence), e.g. after the coordinator was killed with ``kill -9``. The ledger is
+only read. Exit 0 when every one is fenced, 1 when one is still running or unreachable, 64 for
+bad input."""
 
 from __future__ import annotations
 
@@ -12,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = "check the execution nodes of --executor ssh against this controller"
+HELP = ("check the execution nodes of --executor ssh against this controller, or fence a run's "
+        "dispatches there")
+# dispatches that ended cleanly: the worker side swept what they left when their worker ended
+_CLEAN = frozenset({"done", "failed", "fenced", "redispatched"})
 
 
 def add_exec_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
@@ -27,9 +37,15 @@ def add_exec_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["check"], help="check: probe every execution node")
+    from provisioner.commands.status import add_ledger_arguments
+
+    p.add_argument("action", choices=["check", "fence"],
+                   help="check: probe every execution node; fence: kill what a run's "
+                        "unfinished dispatches left on them (--run)")
     add_exec_arguments(p, required=True)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--run", metavar="RUN_ID", help="fence: the run whose dispatches to fence")
+    add_ledger_arguments(p)
 
 
 def ssh_options(args: argparse.Namespace) -> Any:
@@ -64,8 +80,69 @@ def probe(args: argparse.Namespace, env: dict[str, str] | None = None) -> tuple[
     return nodes, opts, infos, ctl
 
 
+def fence_run(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from provisioner.commands.status import open_ledger
+    from provisioner.errors import UsageError
+    from provisioner.rollout.executors.fence import fence
+    from provisioner.rollout.executors.ssh import (
+        load_exec_inventory,
+        pinned_known_hosts,
+        ssh_argv,
+    )
+    from provisioner.sanitize import printable
+
+    if not args.run:
+        raise UsageError("exec-nodes fence needs --run RUN_ID (provisioner history lists runs)")
+    nodes = {n.name: n for n in load_exec_inventory(args.exec_inventory)}
+    with open_ledger(args) as led:
+        if led.get_run(args.run) is None:
+            raise UsageError(f"--run {printable(args.run)[:80]}: no such run in the ledger; "
+                             f"give a run id from provisioner history")
+        rows = [r for r in led.dispatches(args.run) if r["state"] not in _CLEAN]
+    missing = sorted({r["exec_node"] for r in rows} - set(nodes))
+    if missing:
+        raise UsageError(f"--exec-inventory {args.exec_inventory}: no execution node "
+                         f"{printable(', '.join(missing))[:200]}; give the exec inventory the "
+                         f"run used")
+    opts = ssh_options(args)
+    tmp = Path(tempfile.mkdtemp(prefix="gdsfleet-fence-"))
+    out = []
+    try:
+        known = {name: pinned_known_hosts(nodes[name], opts, tmp / f"known_hosts.{name}")
+                 for name in sorted({r["exec_node"] for r in rows})}
+        for r in rows:
+            res = fence(nodes[r["exec_node"]], str(r["token"]),
+                        lambda n, remote: ssh_argv(n, known[n.name], opts, remote),
+                        connect_timeout=opts.connect_timeout)
+            out.append({"id": r["id"], "wave": r["wave"], "shard": r["shard"],
+                        "exec_node": r["exec_node"], "was": r["state"], **res.as_detail()})
+    except ValueError as exc:  # a token in the ledger that is not ours
+        raise UsageError(f"the ledger's dispatches of {printable(args.run)[:80]}: {exc}; "
+                         f"check the ledger") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        json.dump({"run": args.run, "dispatches": out}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        if not out:
+            sys.stdout.write("no dispatch of this run to fence\n")
+        for d in out:
+            sys.stdout.write(f"dispatch {d['id']} (wave {d['wave']}, shard {d['shard']}, "
+                             f"{printable(d['exec_node'])}, was {printable(d['was'])}): "
+                             f"{d['fence']}, killed {d['killed']}, left {d['left']}"
+                             + (f" ({printable(str(d['why']))})" if d["why"] else "") + "\n")
+    return 0 if all(d["fence"] == "fenced" for d in out) else 1
+
+
 def run(args: argparse.Namespace) -> int:
     from provisioner.exitcodes import Exit
+
+    if args.action == "fence":
+        return fence_run(args)
     from provisioner.rollout import playbooks
     from provisioner.rollout.adapters import checkout_collections
     from provisioner.sanitize import printable

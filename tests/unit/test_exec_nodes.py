@@ -407,11 +407,13 @@ def test_killed_worker_leaves_its_hosts_lost(lab: dict[str, Any], env: None,
     assert rc != 0
     with Ledger.open(ledger) as led:
         rows = led.dispatches(run_id)
-    assert [r["state"] for r in rows] == ["lost"]
-    # the orphaned ansible-playbook of the killed worker (no fencing yet): stopped here
+    # one execution node: fenced (the killed worker's orphaned playbook with it), nowhere to
+    # send the hosts again; they stay lost and the wave says why
+    assert [r["state"] for r in rows] == ["abandoned"]
+    assert rows[0]["detail"]["history"][-3:] == ["lost", "fenced", "abandoned"]
     from provisioner.rollout import guard
 
-    guard.sweep(rows[0]["token"])
+    assert not guard.tagged(rows[0]["token"])
 
 
 @needs_sshd

@@ -20,6 +20,12 @@ The job travels on ssh's stdin, never its command line: extra vars are a 0600 fi
 (``env/extravars``) inside the transmitted private data dir, which the worker removes with
 ``--delete``. The ledger's URL is never sent. Every byte coming back is bounded (line length,
 stderr) and hosts outside the shard are ignored.
+
+Every process of a dispatch on the execution node carries the dispatch's token; the worker runs
+under the shard's deadline and a sweep by token follows it (:mod:`.fence`). A shard whose stream
+ends without a final result is fenced and its hosts sent once to a surviving execution node, in
+the shard's own thread (:mod:`.recover`). The stream reader and the dispatch record are in
+:mod:`.stream`, the exec inventory in :mod:`.nodes`.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -36,13 +41,26 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from provisioner.errors import UsageError
 from provisioner.interrupts import requested as _requested
+from provisioner.rollout.executors.nodes import (  # noqa: F401 - importable from here too
+    DEFAULT_RUNNER,
+    DEFAULT_WORKDIR,
+    EXEC_GROUP,
+    ExecNode,
+    load_exec_inventory,
+)
 from provisioner.rollout.executors.shard import ShardBy, shard_hosts
+from provisioner.rollout.executors.stream import (  # noqa: F401 - importable from here too
+    MAX_LINE,
+    Dispatch,
+    DispatchLedger,
+    _BoundedReader,
+)
 from provisioner.rollout.runner import (
     _DROPPED_ENV,
     EventCollector,
@@ -52,81 +70,7 @@ from provisioner.rollout.runner import (
     PlaybookResult,
 )
 
-EXEC_GROUP = "gdsfleet_exec"
-DEFAULT_RUNNER = "ansible-runner"
-DEFAULT_WORKDIR = "~/.cache/gdsfleet-exec"
-_RUNNER_RE = re.compile(r"^[A-Za-z0-9_./+~-]{1,255}$")
-_WORKDIR_RE = re.compile(r"^(~/)?[A-Za-z0-9_./+-]{1,200}$")
-MAX_LINE = 16 << 20  # longest line of a worker's stream (an event, a status)
 MAX_STDERR = 64 << 10
-
-
-def _fix_inventory(path: str) -> str:
-    return (f"give --exec-inventory an Ansible inventory file whose group {EXEC_GROUP} lists "
-            f"the execution nodes (ansible_host, ansible_port, ansible_user, "
-            f"ansible_ssh_private_key_file; docs/scale.md)")
-
-
-@dataclass(frozen=True)
-class ExecNode:
-    name: str
-    host: str
-    port: int = 22
-    user: str | None = None
-    key_file: str | None = None
-    runner: str = DEFAULT_RUNNER
-    workdir: str = DEFAULT_WORKDIR
-    collections_path: str | None = None  # exported as ANSIBLE_COLLECTIONS_PATH there
-
-    @property
-    def host_key_name(self) -> str:
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
-
-
-def load_exec_inventory(path: str | os.PathLike[str]) -> list[ExecNode]:
-    """The execution nodes of group ``gdsfleet_exec``; UsageError (one line, the fix) for a
-    missing, unreadable or empty inventory, no such group, or a refused variable."""
-    from provisioner.errors import InventoryError
-    from provisioner.inventory import load_inventory
-
-    p = Path(path).expanduser()
-    shown = str(path)
-    if not p.exists():
-        raise UsageError(f"--exec-inventory {shown}: no such file; {_fix_inventory(shown)}")
-    if not os.access(p, os.R_OK) or (p.is_dir() and not os.access(p, os.X_OK)):
-        raise UsageError(f"--exec-inventory {shown}: not readable by this user; fix its "
-                         f"permissions (chmod u+r) or run as its owner")
-    if p.is_file() and p.stat().st_size == 0:
-        raise UsageError(f"--exec-inventory {shown}: the file is empty; {_fix_inventory(shown)}")
-    try:
-        inv = load_inventory(p)
-    except InventoryError as exc:
-        raise UsageError(f"--exec-inventory {shown}: {str(exc)[:300]}; "
-                         f"{_fix_inventory(shown)}") from None
-    nodes = [n for n in inv.nodes if EXEC_GROUP in n.groups]
-    if not nodes:
-        raise UsageError(f"--exec-inventory {shown}: no group {EXEC_GROUP} (or it is empty); "
-                         f"{_fix_inventory(shown)}")
-    out: list[ExecNode] = []
-    for n in nodes:
-        runner = str(n.vars.get("gdsfleet_exec_runner") or DEFAULT_RUNNER)
-        if not _RUNNER_RE.match(runner) or ".." in runner.split("/"):
-            raise UsageError(f"--exec-inventory {shown}: {n.name}: gdsfleet_exec_runner must be "
-                             f"a plain path or command name (letters, digits, ./_+~-)")
-        workdir = str(n.vars.get("gdsfleet_exec_workdir") or DEFAULT_WORKDIR)
-        if not _WORKDIR_RE.match(workdir) or ".." in workdir.split("/"):
-            raise UsageError(f"--exec-inventory {shown}: {n.name}: gdsfleet_exec_workdir must "
-                             f"be a plain path (optionally ~/...), without '..'")
-        colls = n.vars.get("gdsfleet_exec_collections_path")
-        if colls is not None and (not _WORKDIR_RE.match(str(colls))
-                                  or ".." in str(colls).split("/")):
-            raise UsageError(f"--exec-inventory {shown}: {n.name}: gdsfleet_exec_collections_"
-                             f"path must be a plain path (optionally ~/...), without '..'")
-        out.append(ExecNode(name=n.name, host=n.address, port=n.port, user=n.user,
-                            key_file=n.key_file, runner=runner, workdir=workdir,
-                            collections_path=str(colls) if colls is not None else None))
-    return out
-
 
 # ------------------------------------------------------------------------------ OpenSSH hop
 @dataclass(frozen=True)
@@ -227,99 +171,23 @@ def _find_runner(node: ExecNode) -> str:
             f"execution node' >&2; exit 127; }}; PATH=\"${{R%/*}}:$PATH\"; export PATH; ")
 
 
-def worker_command(node: ExecNode) -> str:
+def worker_command(node: ExecNode, token: str | None = None, seconds: int | None = None) -> str:
     """The remote shell command: a fresh 0700 folder under the workdir, then the worker, which
-    unpacks the job there and removes the folder when it ends (--delete)."""
+    unpacks the job there and removes the folder when it ends (--delete). With ``token``: the
+    worker tagged with it, under ``timeout`` when ``seconds``, and a sweep of every process
+    still tagged once it ends (executors.fence)."""
     base = _shell_path(node.workdir)
-    return (_find_runner(node)
-            + f"umask 077 && mkdir -p {base} && D=$(mktemp -d {base}/shard.XXXXXXXX) && "
-            f"exec \"$R\" worker --private-data-dir \"$D\" --delete")
+    run = "\"$R\" worker --private-data-dir \"$D\" --delete"
+    head = (_find_runner(node)
+            + f"umask 077 && mkdir -p {base} && D=$(mktemp -d {base}/shard.XXXXXXXX) ")
+    if token is None:
+        return head + f"&& exec {run}"
+    from provisioner.rollout.executors.fence import worker_script
 
-
-class _BoundedReader:
-    """ssh's stdout for ansible-runner's Processor.
-
-    A line longer than MAX_LINE is cut (the Processor then fails to parse it and stops: the
-    shard's hosts become lost). The worker's artifacts archive (a ``{"zipfile": N}`` line, then
-    N bytes base64-encoded, with no line break) is skipped here, never unpacked: ansible-runner
-    2.4.3's ``unstream_dir`` recreates the archive's symbolic links and then extracts through
-    them, so an execution node could write anywhere the coordinator can; and gdsfleet needs
-    only the events, which it keeps itself."""
-
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
-        self.skipped_archives = 0
-
-    def readline(self, size: int = -1) -> bytes:
-        while True:
-            line = bytes(self._raw.readline(MAX_LINE))
-            if not line.startswith(b'{"zipfile"'):
-                return line
-            try:
-                length = int(json.loads(line)["zipfile"])
-            except (ValueError, KeyError, TypeError):
-                return line  # the Processor reports it
-            if length < 0:
-                return b""
-            remaining = 4 * ((length + 2) // 3)  # base64 of length bytes, no padding lost
-            while remaining > 0:
-                chunk = self._raw.read(min(remaining, 1 << 20))
-                if not chunk:
-                    return b""  # the stream ended inside the archive: cut
-                remaining -= len(chunk)
-            self.skipped_archives += 1
-
-    def read(self, size: int = -1) -> bytes:
-        return bytes(self._raw.read(size))
-
-    # what ansible-runner's artifact unpacking (base64io) checks for
-    def write(self, data: bytes) -> int:
-        raise OSError("read-only stream")
-
-    def flush(self) -> None:
-        pass
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self._raw.close()
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._raw.closed)
+    return head + "|| exit 1; " + worker_script(run, token, seconds)
 
 
 # ------------------------------------------------------------------------------- dispatch
-@dataclass
-class Dispatch:
-    """One shard sent to one execution node (the ledger's ``dispatches`` row)."""
-
-    run_id: str
-    wave: int
-    shard: int
-    exec_node: str
-    hosts: list[str]
-    token: str
-    deadline: str | None
-    state: str = "dispatching"
-    id: int | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-class DispatchLedger(Protocol):
-    """What the executor needs of the ledger (provisioner.store.Ledger has both)."""
-
-    def record_dispatch(self, run_id: str, wave: int, shard: int, exec_node: str, token: str,
-                        deadline: str | None, state: str, hosts: Sequence[str]) -> int: ...
-
-    def update_dispatch(self, dispatch_id: int, state: str,
-                        detail: Mapping[str, Any] | None = None) -> None: ...
-
-
 def _copy_inventory(src: Path, pdd: Path) -> str:
     """The inventory into the job (``inventory/``): a directory as a whole; a file with the
     group_vars/ and host_vars/ folders beside it. Returns the path inside the job."""
@@ -379,6 +247,7 @@ class SshExecutor:
             children_lock: str | os.PathLike[str] | None, run_tag: str, wave: int,
             kind: str) -> PlaybookResult:
         from provisioner import interrupts
+        from provisioner.rollout.executors.recover import Wave
         from provisioner.rollout.playbooks import looks_like_fqcn
 
         if not hosts:
@@ -389,47 +258,21 @@ class SshExecutor:
             raise ProvisionerError(f"playbook {playbook!r} does not exist")
         shards = shard_hosts(list(hosts), list(self.nodes), self.shard_by, self.value_of)
         started = time.monotonic()
-        results: dict[str, PlaybookResult] = {}
-        lock = threading.Lock()
+        call: dict[str, Any] = {
+            "playbook": playbook, "inventory": Path(inventory), "forks": forks,
+            "extravars": extravars, "envvars": envvars, "private_data_dir": private_data_dir,
+            "on_host_event": on_host_event, "timeout": timeout, "run_tag": run_tag,
+            "wave": wave, "kind": kind}
         interrupts.check()
-
-        def one(index: int, node_name: str, shard: list[str]) -> None:
-            try:
-                res = self._dispatch(index, self.nodes[node_name], shard, playbook=playbook,
-                                     inventory=Path(inventory), forks=forks,
-                                     extravars=extravars, envvars=envvars,
-                                     private_data_dir=private_data_dir,
-                                     on_host_event=on_host_event, timeout=timeout,
-                                     run_tag=run_tag, wave=wave, kind=kind)
-            except Exception as exc:  # a bug or an I/O error here: its hosts are lost
-                from provisioner.sanitize import printable
-
-                why = printable(f"{type(exc).__name__}: {exc}")[:300]
-                res = PlaybookResult(playbook, None, "error", {
-                    h: HostOutcome(h, HostStatus.LOST,
-                                   message=f"execution node {node_name}: dispatch failed: {why}")
-                    for h in shard}, error=None)
-            with lock:
-                results[node_name] = res
-
-        threads = [threading.Thread(target=one, args=(i, name, shard), daemon=True,
-                                    name=f"gdsfleet-shard-{name}")
-                   for i, (name, shard) in enumerate(shards.items())]
-        with interrupts.deferred():  # a signal only records the stop; polled below
-            for t in threads:
-                t.start()
-            stopping = False
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
-                    if interrupts.requested() and not stopping:
-                        # SIGINT/SIGTERM: cut every shard's ssh; its stream ends, its thread
-                        # returns (the worker there stops at its next write; no fencing yet)
-                        stopping = True
-                        with self._procs_lock:
-                            for proc in list(self._procs):
-                                _kill(proc)
+        # a lost shard, in its own thread at once: fence its execution node (or wait out its
+        # deadline), then send its hosts once to a surviving one; a second loss in the wave
+        # stops (executors.recover)
+        wave_state = Wave(self, shards, call)
+        results, _ = self.run_shards(
+            [(name, i, name, shard) for i, (name, shard) in enumerate(shards.items())], call,
+            after=wave_state.after)
         interrupts.check()
+        errors = list(wave_state.errors)
         outcomes: dict[str, HostOutcome] = {}
         for name, shard in shards.items():
             res = results.get(name)
@@ -437,7 +280,7 @@ class SshExecutor:
                 got = res.hosts.get(h) if res is not None else None
                 outcomes[h] = got if got is not None else HostOutcome(
                     h, HostStatus.LOST, message=f"execution node {name}: no result")
-        errors = [r.error for r in results.values() if r.error]
+        errors = [r.error for r in results.values() if r.error] + errors
         statuses = {r.status for r in results.values()}
         status = "successful" if statuses <= {"successful"} else (
             "failed" if "failed" in statuses else sorted(statuses)[0])
@@ -447,7 +290,106 @@ class SshExecutor:
                               duration_s=time.monotonic() - started,
                               error="; ".join(e for e in errors if e)[:2000] or None)
 
-    def _dispatch(self, index: int, node: ExecNode, shard: list[str], *, playbook: str,
+    def dispatch_one(self, index: int, node_name: str, shard: list[str],
+                     call: Mapping[str, Any], detail: Mapping[str, Any] | None = None,
+                     ) -> tuple[PlaybookResult, Dispatch | None]:
+        """One shard to one execution node: its ledger row first (``detail`` added to the
+        row's detail), then the dispatch. A fault here leaves the shard's hosts lost."""
+        record: Dispatch | None = None
+        try:
+            record = self._record(index, self.nodes[node_name], shard, call)
+            record.detail.update(detail or {})
+            return self._dispatch(record, self.nodes[node_name], shard, **call), record
+        except Exception as exc:  # a bug or an I/O error here: its hosts are lost
+            from provisioner.sanitize import printable
+
+            if record is not None:
+                record.state = "error"
+            why = printable(f"{type(exc).__name__}: {exc}")[:300]
+            return PlaybookResult(str(call["playbook"]), None, "error", {
+                h: HostOutcome(h, HostStatus.LOST,
+                               message=f"execution node {node_name}: dispatch failed: {why}")
+                for h in shard}, error=None), record
+
+    def run_shards(self, jobs: Sequence[tuple[str, int, str, list[str]]], call: Mapping[str, Any],
+                   after: Callable[..., PlaybookResult] | None = None,
+                   ) -> tuple[dict[str, PlaybookResult], dict[str, Dispatch]]:
+        """Dispatch ``(key, shard index, execution node, hosts)`` jobs in parallel threads;
+        ``after(node, hosts, result, record)``, in the shard's thread, may replace a result.
+        A signal cuts every shard's ssh. Returns the results and dispatch records by key."""
+        from provisioner import interrupts
+
+        results: dict[str, PlaybookResult] = {}
+        records: dict[str, Dispatch] = {}
+        lock = threading.Lock()
+
+        def one(key: str, index: int, node_name: str, shard: list[str]) -> None:
+            res, record = self.dispatch_one(index, node_name, shard, call)
+            if after is not None:
+                try:
+                    res = after(node_name, shard, res, record)
+                except Exception as exc:  # a fault recovering: the shard's hosts stay lost
+                    from provisioner.sanitize import printable
+
+                    why = printable(f"{type(exc).__name__}: {exc}")[:300]
+                    res = PlaybookResult(str(call["playbook"]), res.rc, "error", {
+                        h: o if o.status is not HostStatus.LOST else HostOutcome(
+                            h, o.status, message=f"execution node {node_name} lost; recovery "
+                                                 f"failed: {why}")
+                        for h, o in res.hosts.items()}, error=f"recovery failed: {why}")
+            with lock:
+                results[key] = res
+                if record is not None:
+                    records[key] = record
+
+        threads = [threading.Thread(target=one, args=job, daemon=True,
+                                    name=f"gdsfleet-shard-{job[2]}") for job in jobs]
+        with interrupts.deferred():  # a signal only records the stop; polled below
+            for t in threads:
+                t.start()
+            stopping = False
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+                    if interrupts.requested() and not stopping:
+                        # SIGINT/SIGTERM: cut every shard's ssh; its stream ends, its thread
+                        # returns (the worker there stops at its next write, then sweeps)
+                        stopping = True
+                        with self._procs_lock:
+                            for proc in list(self._procs):
+                                _kill(proc)
+        return results, records
+
+    def _record(self, index: int, node: ExecNode, shard: list[str],
+                call: Mapping[str, Any]) -> Dispatch:
+        """The dispatch's ledger row, written before anything is sent. Its deadline is when
+        the execution node has stopped the shard by itself (executors.fence)."""
+        from provisioner.rollout.executors.fence import check_token, wait_margin_s
+
+        run_tag, timeout = str(call["run_tag"]), call["timeout"]
+        token = check_token(f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}")
+        at = (time.time() + timeout + wait_margin_s(self.opts.connect_timeout)
+              if timeout else None)
+        deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at else None
+        record = Dispatch(run_tag, int(call["wave"]), index, node.name, list(shard), token,
+                          deadline, deadline_at=at)
+        record.detail["history"] = ["dispatching"]
+        if self.ledger is not None and run_tag:
+            record.id = self.ledger.record_dispatch(run_tag, record.wave, index, node.name,
+                                                    token, deadline, "dispatching", shard)
+        return record
+
+    def mark(self, record: Dispatch, state: str, **detail: Any) -> None:
+        """The dispatch's new state; its ``detail.history`` lists every state it went through."""
+        record.state = state
+        record.detail.update(detail)
+        history = record.detail.setdefault("history", [])
+        if not history or history[-1] != state:
+            history.append(state)
+        if record.id is not None:
+            self.ledger.update_dispatch(record.id, state, dict(record.detail))
+
+    def _dispatch(self, record: Dispatch, node: ExecNode, shard: list[str], *, playbook: str,
                   inventory: Path, forks: int, extravars: Mapping[str, Any],
                   envvars: Mapping[str, str], private_data_dir: str | os.PathLike[str] | None,
                   on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
@@ -459,14 +401,8 @@ class SshExecutor:
         from provisioner.rollout.playbooks import looks_like_fqcn
 
         ident = (f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-                 f"-{kind}-w{wave}-s{index}")
-        token = f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
-        deadline = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + timeout))
-                    if timeout else None)
-        record = Dispatch(run_tag, wave, index, node.name, list(shard), token, deadline)
-        if self.ledger is not None and run_tag:
-            record.id = self.ledger.record_dispatch(run_tag, wave, index, node.name, token,
-                                                    deadline, "dispatching", shard)
+                 f"-{kind}-w{wave}-s{record.shard}")
+        token = record.token
         try:
             job = Path(tempfile.mkdtemp(prefix="gdsfleet-job-", dir=self._tmp))  # what is sent
             local = (private_dir(Path(private_data_dir), narrow=True) if private_data_dir
@@ -506,7 +442,7 @@ class SshExecutor:
                 }
                 if timeout:
                     kwargs["timeout"] = timeout
-                proc = subprocess.Popen(self.argv(node, worker_command(node)),
+                proc = subprocess.Popen(self.argv(node, worker_command(node, token, timeout)),
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, start_new_session=True)
                 assert proc.stdin is not None and proc.stdout is not None  # noqa: S101
@@ -539,8 +475,7 @@ class SshExecutor:
 
                 t_tx = threading.Thread(target=transmit, daemon=True)
                 t_tx.start()
-                if record.id is not None:
-                    self.ledger.update_dispatch(record.id, "running")
+                self.mark(record, "running")
 
                 def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
                     worker_status.append(str(data.get("status", ""))[:32])
@@ -623,20 +558,18 @@ class SshExecutor:
                                     worker_status[-1] if worker_status else "error", rc,
                                     collector.saw_stats, error, outcomes)
                 _scrub_artifacts(local)  # 0700/0600, as the local executor leaves them
-            if record.id is not None:
-                counts: dict[str, int] = {}
-                for o in outcomes.values():
-                    counts[o.status.value] = counts.get(o.status.value, 0) + 1
-                self.ledger.update_dispatch(record.id, state, {"ssh_rc": rc, "outcomes": counts})
+            counts: dict[str, int] = {}
+            for o in outcomes.values():
+                counts[o.status.value] = counts.get(o.status.value, 0) + 1
+            self.mark(record, state, ssh_rc=rc, outcomes=counts)
             final = worker_status[-1] if worker_status else "error"
             return PlaybookResult(str(playbook), rc, final if collector.saw_stats else "error",
                                   outcomes, error=error)
         except Exception as exc:
             # the dispatch is never left "running" by an error here (its hosts: lost)
-            if record.id is not None:
-                with contextlib.suppress(Exception):
-                    self.ledger.update_dispatch(record.id, "error",
-                                                {"error": type(exc).__name__})
+            with contextlib.suppress(Exception):
+                self.mark(record, "error", error=type(exc).__name__)
+            record.state = "error"
             raise
 
 

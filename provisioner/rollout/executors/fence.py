@@ -1,0 +1,174 @@
+"""Fencing an execution node by the dispatch's token, and the worker side's own deadline.
+
+Every process that a dispatch starts on an execution node carries the dispatch's token in its
+environment (``GDSFLEET_PLAYBOOK_TOKEN``, the variable :mod:`provisioner.rollout.guard` uses to
+find a dead rollout's children here): the ``ansible-runner worker`` is started with it, and
+``ansible-playbook`` and its forks inherit it from the job's ``env/envvars``, even though
+ansible-runner starts the playbook in a session of its own.
+
+On the worker side (:func:`worker_script`) the worker runs under ``timeout --kill-after``:
+when the shard's time is up it is stopped, and then, and whenever the worker ends for any
+other reason (its stream cut, ssh gone), every process left with the token is killed and the
+job's folder removed. So an execution node that the coordinator cannot reach has stopped the
+shard's work by the dispatch's deadline, which the coordinator waits out before sending those
+hosts anywhere else.
+
+:func:`fence`: over SSH, kill every process on the execution node tagged with the token,
+then look again (bounded retries); the answer is ``fenced`` (none left), ``still-running``
+(some survived SIGKILL, e.g. stuck in the kernel) or ``unreachable`` (no answer).
+
+The sweep on the execution node is a short stdlib-only Python program given on ``python3 -c``
+(the execution node has Python, ansible-runner needs it; gdsfleet itself is not installed
+there). Its command line holds the token, which is a tag, not a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from provisioner.rollout.guard import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from provisioner.rollout.executors.ssh import ExecNode
+
+KILL_AFTER_S = 5  # timeout --kill-after: SIGTERM, then SIGKILL this much later
+SWEEP_MARGIN_S = 5  # the sweep after the worker's end, and clock granularity
+FENCE_TRIES = 10  # looks (0.2 s apart) before the answer is still-running
+_OUT_MAX = 4096
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+# argv: TOKEN TRIES. Prints {"killed": N, "left": M}. Zombies have an empty environ: not counted.
+_SWEEP = (
+    "import json,os,sys,time\n"
+    f"n=(\"{TOKEN_ENV}=\"+sys.argv[1]+\"\\0\").encode()\n"
+    "me=os.getpid()\n"
+    "def t():\n"
+    " o=[]\n"
+    " for d in os.listdir(\"/proc\"):\n"
+    "  if d.isdigit() and int(d)!=me:\n"
+    "   try:\n"
+    "    with open(\"/proc/\"+d+\"/environ\",\"rb\") as f:e=f.read()+b\"\\0\"\n"
+    "   except OSError:continue\n"
+    "   if n in e:o.append(int(d))\n"
+    " return o\n"
+    "k=set()\n"
+    "for i in range(int(sys.argv[2])):\n"
+    " a=t()\n"
+    " if not a:break\n"
+    " for p in a:\n"
+    "  try:os.kill(p,9);k.add(p)\n"
+    "  except OSError:pass\n"
+    " time.sleep(0.2)\n"
+    "print(json.dumps({\"killed\":len(k),\"left\":len(t())}))\n"
+)
+
+
+def check_token(token: str) -> str:
+    """The token, after checking that it is safe in a shell word (it is ours, but it holds the
+    run id); ValueError otherwise."""
+    if not _TOKEN_RE.match(token):
+        raise ValueError(f"dispatch token {token[:40]!r} has unexpected characters")
+    return token
+
+
+def sweep_command(token: str, tries: int = FENCE_TRIES) -> str:
+    """Shell: kill every process carrying ``token``; prints the JSON answer."""
+    return f"python3 -c {shlex.quote(_SWEEP)} {shlex.quote(check_token(token))} {int(tries)}"
+
+
+def worker_script(run_worker: str, token: str, seconds: int | None) -> str:
+    """Shell, after the job folder ``$D`` and ``$R`` are set: the worker tagged with
+    ``token`` (under ``timeout`` when ``seconds``), then the sweep and the folder's removal
+    whatever way the worker ended; exits with the worker's status."""
+    tok = shlex.quote(check_token(token))
+    limit = (f"timeout --kill-after={KILL_AFTER_S} {max(1, int(seconds))} " if seconds else "")
+    return (f"{TOKEN_ENV}={tok} {limit}{run_worker}; rc=$?; "
+            f"{sweep_command(token, 3)} >/dev/null 2>&1; rm -rf \"$D\"; exit $rc")
+
+
+def wait_margin_s(connect_timeout: float) -> float:
+    """How long after (dispatch start + shard timeout) every tagged process of the shard is gone
+    on an execution node the coordinator cannot reach: the worker's timer starts once ssh is
+    connected (within the connect timeout), then --kill-after, then the sweep."""
+    return float(connect_timeout) + KILL_AFTER_S + SWEEP_MARGIN_S
+
+
+@dataclass(frozen=True)
+class FenceResult:
+    state: str  # "fenced" | "still-running" | "unreachable"
+    killed: int = 0
+    left: int = 0
+    detail: str = ""
+
+    def as_detail(self) -> dict[str, object]:
+        return {"fence": self.state, "killed": self.killed, "left": self.left,
+                "why": self.detail[:200]}
+
+
+def _bounded_read(stream: object, out: list[bytes]) -> None:
+    total = 0
+    for chunk in iter(lambda: stream.read(4096), b""):  # type: ignore[attr-defined]
+        if total < _OUT_MAX:
+            out.append(chunk[:_OUT_MAX - total])
+        total += len(chunk)
+
+
+def fence(node: ExecNode, token: str, argv_of: Callable[[ExecNode, str], list[str]], *,
+          connect_timeout: float = 10.0) -> FenceResult:
+    """Kill every process on ``node`` tagged with ``token`` and confirm none is left.
+    ``argv_of(node, remote)`` is the executor's ssh command line (its pinned host keys)."""
+    from provisioner.sanitize import printable
+
+    runner = node.runner
+    if runner.startswith("~/"):
+        from provisioner.rollout.executors.ssh import _shell_path
+
+        r = _shell_path(runner)
+    else:
+        r = shlex.quote(runner)
+    # the runner's folder first on PATH: its virtual environment's python3, else the system's
+    remote = (f"R=$(command -v {r}) && PATH=\"${{R%/*}}:$PATH\"; export PATH; "
+              f"exec {sweep_command(token)}")
+    from provisioner.errors import UsageError
+
+    try:
+        proc = subprocess.Popen(argv_of(node, remote), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except (OSError, UsageError) as exc:
+        return FenceResult("unreachable", detail=f"ssh did not start: {exc}")
+    out: list[bytes] = []
+    err: list[bytes] = []
+    readers = [threading.Thread(target=_bounded_read, args=(s, buf), daemon=True)
+               for s, buf in ((proc.stdout, out), (proc.stderr, err))]
+    for t in readers:
+        t.start()
+    try:
+        rc = proc.wait(timeout=connect_timeout + FENCE_TRIES * 0.2 + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return FenceResult("unreachable", detail="no answer in time")
+    finally:
+        for t in readers:
+            t.join(5)
+        for s in (proc.stdout, proc.stderr):
+            if s is not None:
+                s.close()
+    why = printable(b"".join(err).decode("utf-8", "replace").strip())[:200]
+    if rc != 0:
+        return FenceResult("unreachable", detail=f"ssh rc={rc}" + (f": {why}" if why else ""))
+    try:
+        doc = json.loads(b"".join(out).decode("utf-8", "replace").strip().splitlines()[-1])
+        killed, left = int(doc["killed"]), int(doc["left"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return FenceResult("unreachable", detail="no answer from the sweep")
+    return FenceResult("fenced" if left == 0 else "still-running", killed=max(0, killed),
+                       left=max(0, left))

@@ -1,0 +1,103 @@
+"""The byte stream between the coordinator and an ssh executor's worker, and the dispatch
+record (the ledger's ``dispatches`` row) each shard is sent under.
+
+:class:`_BoundedReader` bounds what ansible-runner's Processor reads from an execution node;
+:class:`Dispatch` and :class:`DispatchLedger` are what the executor writes to the ledger,
+whose states are documented in docs/scale.md (``dispatching``, ``running``, then ``done``,
+``failed``, ``lost``, ``unreachable`` or ``error``; a lost shard then ``fenced`` or
+``deadline-passed``, and ``redispatched`` or ``abandoned``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+MAX_LINE = 16 << 20  # longest line of a worker's stream (an event, a status)
+
+
+class _BoundedReader:
+    """ssh's stdout for ansible-runner's Processor.
+
+    A line longer than MAX_LINE is cut (the Processor then fails to parse it and stops: the
+    shard's hosts become lost). The worker's artifacts archive (a ``{"zipfile": N}`` line, then
+    N bytes base64-encoded, with no line break) is skipped here, never unpacked: ansible-runner
+    2.4.3's ``unstream_dir`` recreates the archive's symbolic links and then extracts through
+    them, so an execution node could write anywhere the coordinator can; and gdsfleet needs
+    only the events, which it keeps itself."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.skipped_archives = 0
+
+    def readline(self, size: int = -1) -> bytes:
+        while True:
+            line = bytes(self._raw.readline(MAX_LINE))
+            if not line.startswith(b'{"zipfile"'):
+                return line
+            try:
+                length = int(json.loads(line)["zipfile"])
+            except (ValueError, KeyError, TypeError):
+                return line  # the Processor reports it
+            if length < 0:
+                return b""
+            remaining = 4 * ((length + 2) // 3)  # base64 of length bytes, no padding lost
+            while remaining > 0:
+                chunk = self._raw.read(min(remaining, 1 << 20))
+                if not chunk:
+                    return b""  # the stream ended inside the archive: cut
+                remaining -= len(chunk)
+            self.skipped_archives += 1
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self._raw.read(size))
+
+    # what ansible-runner's artifact unpacking (base64io) checks for
+    def write(self, data: bytes) -> int:
+        raise OSError("read-only stream")
+
+    def flush(self) -> None:
+        pass
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._raw.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+
+
+@dataclass
+class Dispatch:
+    """One shard sent to one execution node (the ledger's ``dispatches`` row)."""
+
+    run_id: str
+    wave: int
+    shard: int
+    exec_node: str
+    hosts: list[str]
+    token: str
+    deadline: str | None
+    state: str = "dispatching"
+    id: int | None = None
+    deadline_at: float | None = None  # the deadline as time.time()
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class DispatchLedger(Protocol):
+    """What the executor needs of the ledger (provisioner.store.Ledger has both)."""
+
+    def record_dispatch(self, run_id: str, wave: int, shard: int, exec_node: str, token: str,
+                        deadline: str | None, state: str, hosts: Sequence[str]) -> int: ...
+
+    def update_dispatch(self, dispatch_id: int, state: str,
+                        detail: Mapping[str, Any] | None = None) -> None: ...

@@ -1,0 +1,376 @@
+"""Fencing an execution node by token, and a lost shard's redispatch (issue 14, part 3).
+
+Execution nodes are this machine reached through real OpenSSH sshd processes on loopback (the
+``lab`` of test_exec_nodes, no container). A "dead" execution node is a loopback port where
+nothing listens. A worker whose stream is cut is a stand-in ansible-runner
+(``_cutting_runner``) that passes the real worker's first lines through and then dies, leaving
+the real worker and its playbook behind, as a crashed or killed worker would.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.rollout import guard
+from provisioner.rollout.executors.fence import fence, worker_script
+from provisioner.rollout.executors.ssh import ExecNode, SshExecutor, SshOptions
+from provisioner.store import Ledger
+from tests.unit import test_exec_nodes as base
+from tests.unit.test_exec_nodes import (
+    BIN,
+    CANARY,
+    CANARY_FILE,
+    HOSTS,
+    _exec_inventory,
+    _outcomes,
+    _rollout,
+    needs_sshd,
+)
+from tests.unit.test_ssh_sshd import _free_port
+
+lab = base.lab  # the fixtures of test_exec_nodes: two sshd on loopback, no operator's HOME
+env = base.env
+
+
+def _node(lab: dict[str, Any], name: str, port: int, runner: Path | None = None) -> ExecNode:
+    root: Path = lab["root"]
+    return ExecNode(name=name, host="127.0.0.1", port=port, user="root",
+                    key_file=str(root / "client_key"),
+                    runner=str(runner or BIN / "ansible-runner"), workdir=str(root / "work"),
+                    collections_path=str(root / "collections"))
+
+
+def _executor(lab: dict[str, Any], nodes: list[ExecNode], tmp_path: Path,
+              ledger: Any = None) -> SshExecutor:
+    """An executor whose known_hosts also names the dead ports (with the lab's host key)."""
+    root: Path = lab["root"]
+    pub = (root / "host_key.pub").read_text().split()
+    kh = tmp_path / "known_hosts"
+    kh.write_text("".join(f"[127.0.0.1]:{n.port} {pub[0]} {pub[1]}\n" for n in nodes))
+    return SshExecutor(nodes, opts=SshOptions(known_hosts=(str(kh),), ssh_config=None,
+                                              connect_timeout=2), ledger=ledger)
+
+
+def _sleeper(token: str | None) -> subprocess.Popen[bytes]:
+    environ = {k: v for k, v in os.environ.items() if k != guard.TOKEN_ENV}
+    if token is not None:
+        environ[guard.TOKEN_ENV] = token
+    return subprocess.Popen(["sleep", "300"], env=environ, start_new_session=True)
+
+
+# ------------------------------------------------------------------------------- fence
+@needs_sshd
+def test_fence_kills_the_tagged_processes_and_leaves_the_others(
+        lab: dict[str, Any], env: None, tmp_path: Path) -> None:
+    token = "run1.123.abcdef"  # noqa: S105 - a tag
+    tagged = [_sleeper(token), _sleeper(token)]
+    other = _sleeper(token + "0")  # a token that starts with this one's text: not ours
+    plain = _sleeper(None)
+    ex = _executor(lab, [_node(lab, "e1", lab["ports"][0])], tmp_path)
+    try:
+        res = fence(ex.nodes["e1"], token, ex.argv, connect_timeout=5)
+        assert res.state == "fenced" and res.killed == 2 and res.left == 0, res
+        for p in tagged:
+            assert p.wait(timeout=10) == -signal.SIGKILL
+        assert other.poll() is None and plain.poll() is None
+        again = fence(ex.nodes["e1"], token, ex.argv, connect_timeout=5)
+        assert (again.state, again.killed) == ("fenced", 0)
+    finally:
+        ex.close()
+        for p in (*tagged, other, plain):
+            with contextlib.suppress(OSError):
+                p.kill()
+            p.wait()
+
+
+@needs_sshd
+def test_fence_of_a_dead_node_says_unreachable(lab: dict[str, Any], env: None,
+                                              tmp_path: Path) -> None:
+    ex = _executor(lab, [_node(lab, "gone", _free_port())], tmp_path)
+    try:
+        res = fence(ex.nodes["gone"], "run1.1.abc", ex.argv, connect_timeout=2)
+    finally:
+        ex.close()
+    assert res.state == "unreachable" and "ssh rc=255" in res.detail
+
+
+def test_token_must_be_a_plain_word() -> None:
+    with pytest.raises(ValueError):
+        worker_script('"$R" worker', "x; rm -rf /", 10)
+
+
+def test_worker_side_sweeps_what_the_worker_left_and_keeps_its_status(tmp_path: Path) -> None:
+    """The worker-side wrapper (no ssh): a 'worker' that leaves a tagged sleeper behind in a
+    session of its own and exits 3; the wrapper kills the sleeper, removes the job folder and
+    exits 3. A second one over its time limit is stopped by timeout (124)."""
+    token = "run2.9.feed"  # noqa: S105 - a tag
+    job = tmp_path / "job"
+    job.mkdir()
+    leave = f"setsid sleep 300 & echo $! > {tmp_path}/pid; exit 3"
+    script = f"D={job}; " + worker_script(f"sh -c '{leave}'", token, 60)
+    rc = subprocess.run(["sh", "-c", script], check=False, timeout=60).returncode
+    assert rc == 3
+    pid = int((tmp_path / "pid").read_text())
+    assert pid not in guard.tagged(token) and not job.exists()
+    job.mkdir()
+    started = time.monotonic()
+    rc = subprocess.run(["sh", "-c", f"D={job}; " + worker_script("sleep 300", token, 1)],
+                        check=False, timeout=60).returncode
+    assert rc == 124 and time.monotonic() - started < 30 and not job.exists()
+
+
+# ----------------------------------------------------------------------------- recovery
+def _cutting_runner(root: Path, lines: int) -> Path:
+    """Stand-in ansible-runner: ``worker`` runs the real one and passes its first ``lines``
+    lines on, then exits at once (the real worker and its playbook are left running, tagged);
+    everything else (``--worker-info``) is the real one."""
+    fake = root / "cut-bin" / "ansible-runner"
+    if fake.exists():
+        return fake
+    fake.parent.mkdir()
+    real = BIN / "ansible-runner"
+    fake.write_text(
+        f"#!{sys.executable}\nimport os, subprocess, sys\nreal = {str(real)!r}\n"
+        "if sys.argv[1:2] == ['worker'] and '--worker-info' not in sys.argv:\n"
+        "    p = subprocess.Popen([real, *sys.argv[1:]], stdout=subprocess.PIPE)\n"
+        f"    for i, line in enumerate(p.stdout):\n"
+        "        sys.stdout.buffer.write(line)\n"
+        "        sys.stdout.buffer.flush()\n"
+        f"        if i + 1 >= {lines}:\n"
+        "            break\n"
+        "    os._exit(1)\n"
+        "os.execv(real, [real, *sys.argv[1:]])\n")
+    fake.chmod(0o755)
+    for tool in BIN.iterdir():
+        if tool.name != "ansible-runner" and not (fake.parent / tool.name).exists():
+            (fake.parent / tool.name).symlink_to(tool)
+    return fake
+
+
+@needs_sshd
+def test_cut_stream_is_fenced_and_redispatched_to_the_other_node(
+        lab: dict[str, Any], env: None, tmp_path: Path) -> None:
+    root: Path = lab["root"]
+    exec_inv = _exec_inventory(root, lab["ports"], name="cut.ini")
+    text = exec_inv.read_text().splitlines()
+    # e1's worker is cut after its first 12 lines (some events, never the stats)
+    text[1] = text[1].replace(f"gdsfleet_exec_runner={BIN / 'ansible-runner'}",
+                              f"gdsfleet_exec_runner={_cutting_runner(root, 12)}")
+    exec_inv.write_text("\n".join(text) + "\n")
+    rc_local = _rollout(lab, tmp_path / "local.sqlite")
+    rc = _rollout(lab, tmp_path / "ssh.sqlite", "--executor", "ssh", "--exec-inventory",
+                  str(exec_inv))
+    _, local = _outcomes(tmp_path / "local.sqlite")
+    run_id, remote = _outcomes(tmp_path / "ssh.sqlite")
+    assert remote == local and rc == rc_local, (remote, local)
+    assert "lost" not in remote.values()
+    with Ledger.open(tmp_path / "ssh.sqlite") as led:
+        rows = led.dispatches(run_id)
+    cut = [r for r in rows if r["exec_node"] == "e1"]
+    assert cut and all(r["state"] == "redispatched" for r in cut), rows
+    for r in cut:
+        hist = r["detail"]["history"]
+        assert hist[hist.index("lost"):] == ["lost", "fenced", "redispatched"], hist
+        again = next(x for x in rows if x["id"] == r["detail"]["redispatched_to"]["id"])
+        assert again["exec_node"] == "e2" and again["state"] == "done"
+        assert again["hosts"] == r["hosts"] and again["detail"]["redispatch_of"] == r["id"]
+        assert again["token"] != r["token"] and not guard.tagged(r["token"])
+    assert not list((root / "work").iterdir())  # nothing left on the execution nodes
+
+
+def _extravars(lab: dict[str, Any]) -> dict[str, str]:
+    return {"api_token": CANARY, "file_token": CANARY_FILE}
+
+
+def _run(ex: SshExecutor, lab: dict[str, Any], run_id: str, timeout: int) -> Any:
+    return ex.run(str(lab["root"] / "play.yml"), lab["targets"], HOSTS, forks=5,
+                  extravars=_extravars(lab), envvars={}, private_data_dir=None,
+                  on_host_event=None, timeout=timeout, children_lock=None, run_tag=run_id,
+                  wave=1, kind="provision")
+
+
+@needs_sshd
+def test_unreachable_node_waits_for_the_deadline_before_the_redispatch(
+        lab: dict[str, Any], env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.rollout.executors import fence as fence_mod
+
+    monkeypatch.setattr(fence_mod, "KILL_AFTER_S", 1)
+    monkeypatch.setattr(fence_mod, "SWEEP_MARGIN_S", 1)
+    nodes = [_node(lab, "dead", _free_port()), _node(lab, "e2", lab["ports"][1])]
+    with Ledger.open(tmp_path / "l.sqlite") as led:
+        run_id = led.start_run("rollout", "fleet")
+        ex = _executor(lab, nodes, tmp_path, ledger=led)
+        sent: list[tuple[float, str, list[str]]] = []
+        real = ex.dispatch_one
+
+        def spy(index: int, node: str, hosts: list[str], call: Any, detail: Any = None) -> Any:
+            sent.append((time.time(), node, list(hosts)))
+            return real(index, node, hosts, call, detail)
+
+        monkeypatch.setattr(ex, "dispatch_one", spy)
+        try:
+            res = _run(ex, lab, run_id, timeout=12)
+        finally:
+            ex.close()
+        rows = led.dispatches(run_id)
+    dead = [r for r in rows if r["exec_node"] == "dead"]
+    assert len(dead) == 1 and len(sent) == 3, rows
+    hist = dead[0]["detail"]["history"]
+    assert hist[-4:] == ["unreachable", "awaiting-deadline", "deadline-passed", "redispatched"]
+    deadline = calendar.timegm(time.strptime(dead[0]["deadline"], "%Y-%m-%dT%H:%M:%SZ"))
+    again = [x for x in sent if x[2] == dead[0]["hosts"] and x[1] == "e2"]
+    assert len(again) == 1 and again[0][0] >= deadline  # not sent again before the deadline
+    assert all(o.status.value != "lost" for o in res.hosts.values()), res.hosts
+
+
+@needs_sshd
+def test_second_loss_in_a_wave_stops_with_the_hosts_lost(
+        lab: dict[str, Any], env: None, tmp_path: Path) -> None:
+    nodes = [_node(lab, "d1", _free_port()), _node(lab, "d2", _free_port())]
+    with Ledger.open(tmp_path / "l.sqlite") as led:
+        run_id = led.start_run("rollout", "fleet")
+        ex = _executor(lab, nodes, tmp_path, ledger=led)
+        try:
+            res = _run(ex, lab, run_id, timeout=600)
+        finally:
+            ex.close()
+        rows = led.dispatches(run_id)
+    assert "execution node lost: " in (res.error or "")
+    assert {o.status.value for o in res.hosts.values()} == {"lost"}
+    for o in res.hosts.values():  # what the rollout shows for each host
+        msg = o.message or ""
+        assert msg.startswith("execution node lost: ") and "d1" in msg and "d2" in msg, msg
+    assert sorted(h for r in rows for h in r["hosts"]) == sorted(HOSTS)  # no redispatch row
+    assert [r["state"] for r in rows] == ["abandoned", "abandoned"]
+    # the first loss waits for its deadline (it cannot be fenced); the second ends that wait
+    assert sorted(r["detail"]["history"][-2] for r in rows) == [
+        "awaiting-deadline", "fence-unreachable"], rows
+
+
+def _worker_ssh(port: int) -> list[int]:
+    """PIDs of the coordinator's ssh clients carrying a worker to the execution node on
+    ``port`` (not a fence's)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"/ssh") and str(port).encode() in cmd \
+                and any(b" worker --private-data-dir" in c for c in cmd):
+            out.append(int(pid))
+    return out
+
+
+@needs_sshd
+def test_killed_ssh_mid_play_is_fenced_for_real_then_redispatched(
+        lab: dict[str, Any], env: None, tmp_path: Path) -> None:
+    """e1's ssh killed while both plays sleep: its worker and playbook run on there until the
+    fence kills them (the 15 s sleep keeps them running past the cut); its hosts then run
+    again on e2."""
+    import threading
+
+    root: Path = lab["root"]
+    killed: list[int] = []
+
+    def killer() -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not killed:
+            pids = _worker_ssh(lab["ports"][0])
+            if pids and len(list(root.glob("work/shard.*/artifacts/*"))) >= 2:
+                time.sleep(4)  # both plays are in their 15 s sleep by then
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                killed.extend(pids)
+            time.sleep(0.1)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    ledger = tmp_path / "k.sqlite"
+    _rollout(lab, ledger, "--executor", "ssh", "--exec-inventory", str(lab["exec"]),
+             "-e", "pause=15")
+    t.join()
+    assert killed, "e1's ssh was never seen"
+    run_id, steps = _outcomes(ledger)
+    assert "lost" not in steps.values() and steps["127.0.0.4"] == "failed", steps
+    with Ledger.open(ledger) as led:
+        rows = led.dispatches(run_id)
+    cut = [r for r in rows if r["exec_node"] == "e1" and r["state"] == "redispatched"]
+    assert len(cut) == 1, rows
+    hist = cut[0]["detail"]["history"]
+    assert hist[hist.index("lost"):] == ["lost", "fenced", "redispatched"], hist
+    # the worker and its playbook ran on after their ssh was cut: the fence killed them
+    assert cut[0]["detail"]["killed"] >= 1 and cut[0]["detail"]["left"] == 0
+    assert not guard.tagged(cut[0]["token"])
+    again = next(x for x in rows if x["id"] == cut[0]["detail"]["redispatched_to"]["id"])
+    assert again["exec_node"] == "e2" and again["state"] == "done"
+
+
+@needs_sshd
+def test_exec_nodes_fence_kills_what_a_runs_unfinished_dispatches_left(
+        lab: dict[str, Any], env: None, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from provisioner.cli import main
+
+    ledger = tmp_path / "l.sqlite"
+    with Ledger.open(ledger) as led:
+        run_id = led.start_run("rollout", "fleet")
+        open_tok, done_tok = f"{run_id}.1.aaaa", f"{run_id}.1.bbbb"
+        led.record_dispatch(run_id, 1, 0, "e1", open_tok, None, "running", ["n1"])
+        done = led.record_dispatch(run_id, 1, 1, "e2", done_tok, None, "dispatching", ["n2"])
+        led.update_dispatch(done, "done")
+    left, ended = _sleeper(open_tok), _sleeper(done_tok)
+    common = ["exec-nodes", "fence", "--exec-inventory", str(lab["exec"]), "--known-hosts",
+              str(lab["root"] / "known_hosts"), "--ssh-config", "none", "--ledger", str(ledger)]
+    try:
+        rc = main([*common, "--run", run_id, "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 0, doc
+        # the coordinator's kill -9 left a "running" row: its processes are killed; a "done"
+        # row's worker swept its own, so a process with its token is not the fence's business
+        assert [(d["exec_node"], d["was"], d["fence"], d["killed"]) for d in doc["dispatches"]
+                ] == [("e1", "running", "fenced", 1)]
+        assert left.wait(timeout=10) == -signal.SIGKILL and ended.poll() is None
+        assert main(common) == 64
+        assert "needs --run" in capsys.readouterr().err
+        assert main([*common, "--run", "20990101T000000Z-abcdef"]) == 64
+        assert "no such run" in capsys.readouterr().err
+    finally:
+        for p in (left, ended):
+            with contextlib.suppress(OSError):
+                p.kill()
+            p.wait()
+
+
+@needs_sshd
+def test_a_fault_while_recovering_leaves_the_hosts_lost_and_says_so(
+        lab: dict[str, Any], env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.rollout.executors import fence as fence_mod
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("fence blew up")
+
+    monkeypatch.setattr(fence_mod, "fence", broken)
+    nodes = [_node(lab, "d1", _free_port())]
+    ex = _executor(lab, nodes, tmp_path)
+    try:
+        res = _run(ex, lab, "", timeout=600)
+    finally:
+        ex.close()
+    assert {o.status.value for o in res.hosts.values()} == {"lost"}
+    assert all("recovery failed: RuntimeError: fence blew up" in (o.message or "")
+               for o in res.hosts.values()), res.hosts

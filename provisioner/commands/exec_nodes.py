@@ -22,7 +22,6 @@ from typing import Any
 HELP = ("check the execution nodes of --executor ssh against this controller, or fence a run's "
         "dispatches there")
 # dispatches that ended cleanly: the worker side swept what they left when their worker ended
-_CLEAN = frozenset({"done", "failed", "fenced", "redispatched"})
 
 
 def add_exec_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
@@ -87,6 +86,7 @@ def fence_run(args: argparse.Namespace) -> int:
     from provisioner.commands.status import open_ledger
     from provisioner.errors import UsageError
     from provisioner.rollout.executors.fence import fence
+    from provisioner.rollout.executors.resume import unfinished
     from provisioner.rollout.executors.ssh import (
         load_exec_inventory,
         pinned_known_hosts,
@@ -101,7 +101,7 @@ def fence_run(args: argparse.Namespace) -> int:
         if led.get_run(args.run) is None:
             raise UsageError(f"--run {printable(args.run)[:80]}: no such run in the ledger; "
                              f"give a run id from provisioner history")
-        rows = [r for r in led.dispatches(args.run) if r["state"] not in _CLEAN]
+        rows = unfinished(led.dispatches(args.run))
     missing = sorted({r["exec_node"] for r in rows} - set(nodes))
     if missing:
         raise UsageError(f"--exec-inventory {args.exec_inventory}: no execution node "

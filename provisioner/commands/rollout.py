@@ -44,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wait this long between waves (Ctrl-C stops; the command resumes)")
     g.add_argument("--confirm", action="store_true",
                    help="ask before each wave after the canary (needs a terminal)")
+    g.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
+                   help="when another rollout of this fleet holds the lock, wait up to this "
+                        "long for it (a standby coordinator: when the holder dies, this one "
+                        "fences its dispatches and resumes its run); default 0: refuse at once")
     g.add_argument("--allow-reboot", action="store_true",
                    help="reboot nodes that report a reboot required (gdsfleet.gds.reboot), "
                         "then verify them; without it they end as 'reboot_pending'")
@@ -214,6 +218,7 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     for opt in ("connect_timeout", "io_timeout", "drain_timeout", "drain_poll"):
         check_seconds(f"--{opt.replace('_', '-')}", getattr(args, opt))
     check_seconds("--pause-between-waves", args.pause_between_waves, allow_zero=True)
+    args.wait_lock = check_seconds("--wait-lock", args.wait_lock, allow_zero=True)
     executor = _check_executor(args, env)
     if args.playbook_timeout is None or args.playbook_timeout < 0:
         raise UsageError(f"--playbook-timeout {args.playbook_timeout}: give seconds (0 for no "
@@ -340,6 +345,37 @@ def _confirm(wave: Any) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def _fence_earlier_dispatches(ledger: Any, fleet: str, executor: Any) -> None:
+    """A run about to be resumed whose earlier coordinator died with dispatches out: fence
+    them by token on their execution nodes (or wait for their deadlines) before anything is
+    sent again (provisioner.rollout.executors.resume)."""
+    from provisioner.errors import LockHeld
+    from provisioner.rollout.executors.resume import fence_recorded, unfinished
+    from provisioner.sanitize import printable
+
+    run_id = ledger.last_unfinished_run("rollout", fleet)
+    rows = unfinished(ledger.dispatches(run_id)) if run_id else []
+    if not rows:
+        return
+    where = printable(", ".join(sorted({str(r["exec_node"]) for r in rows})))[:200]
+    if executor is None or not hasattr(executor, "nodes"):
+        raise UsageError(
+            f"the unfinished run {run_id} has {len(rows)} dispatch(es) on execution nodes "
+            f"({where}) that may still be running; resume it with --executor ssh "
+            f"--exec-inventory FILE (the run's execution nodes) so they are fenced first, or "
+            f"fence them with `provisioner exec-nodes fence --run {run_id} --exec-inventory "
+            f"FILE`, or start afresh with --restart")
+    sys.stderr.write(f"resuming {run_id}: fencing {len(rows)} earlier dispatch(es) on "
+                     f"{where} before anything is sent again\n")
+    problems = fence_recorded(executor, rows)
+    if problems:
+        raise LockHeld(
+            f"the unfinished run {run_id} may still act on nodes: "
+            f"{printable('; '.join(problems))[:600]}; stop those processes on the execution "
+            f"node (provisioner exec-nodes fence --run {run_id}), then run the same command "
+            f"again")
+
+
 def run(args: argparse.Namespace) -> int:
     from provisioner import interrupts
     from provisioner.inventory import load_inventory
@@ -365,7 +401,8 @@ def run(args: argparse.Namespace) -> int:
     scrub_beside_ledger(location)  # what a killed run's artifacts still hold (issue 17)
     verifier = None if args.no_verify else _verifier(args, nodes, checked["sizes"])
 
-    lock = fleet_lock(location, fleet)
+    lock = fleet_lock(location, fleet, wait_s=args.wait_lock,
+                      say=lambda text: sys.stderr.write(f"{text}\n"))
     with lock:
         ledger = Ledger.open(location)
         try:
@@ -406,6 +443,8 @@ def run(args: argparse.Namespace) -> int:
                 args=recorded,
             )
             executor = _make_executor(args, checked, inventory, ledger, state_dir)
+            if not args.restart:
+                _fence_earlier_dispatches(ledger, fleet, executor)
             provisioner = AnsibleProvisioner(
                 inventory=args.inventory,
                 playbook=checked["playbook"],

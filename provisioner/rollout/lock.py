@@ -78,6 +78,8 @@ class FileLock:
         self.path = Path(path)
         self.fleet = fleet
         self.children_wait = children_wait
+        self.wait_s = 0.0  # --wait-lock: how long __enter__ waits for another holder
+        self.say: Any = None
         self._fd: int | None = None
         self._info: dict[str, Any] = {}
 
@@ -172,7 +174,8 @@ class FileLock:
             self._fd = None
 
     def __enter__(self) -> FileLock:
-        return self.acquire()
+        acquire_waiting(self, self.wait_s, self.say)
+        return self
 
     def __exit__(
         self,
@@ -197,6 +200,8 @@ class PgAdvisoryLock:
         self.fleet = fleet
         self._conn: Any = None
         self.children_path: Path | None = None  # playbooks' guards hold no lock here
+        self.wait_s = 0.0  # --wait-lock: how long __enter__ waits for another holder
+        self.say: Any = None
 
     def acquire(self) -> PgAdvisoryLock:
         from sqlalchemy import create_engine, text
@@ -258,7 +263,8 @@ class PgAdvisoryLock:
             self._conn = None
 
     def __enter__(self) -> PgAdvisoryLock:
-        return self.acquire()
+        acquire_waiting(self, self.wait_s, self.say)
+        return self
 
     def __exit__(
         self,
@@ -269,11 +275,44 @@ class PgAdvisoryLock:
         self.release()
 
 
-def fleet_lock(ledger: str, fleet: str) -> FileLock | PgAdvisoryLock:
-    """The right lock for a ledger path or URL."""
+def fleet_lock(ledger: str, fleet: str, *, wait_s: float = 0.0,
+               say: Any = None) -> FileLock | PgAdvisoryLock:
+    """The right lock for a ledger path or URL; entering it waits up to ``wait_s`` seconds
+    for another holder (``say`` is told once whom it waits for)."""
     path = lock_path_for(ledger)
+    lock: FileLock | PgAdvisoryLock
     if path is not None:
-        return FileLock(path, fleet)
-    if ledger.startswith(("postgresql", "postgres")):
-        return PgAdvisoryLock(ledger, fleet)
-    raise UsageError(f"ledger {ledger!r}: no rollout lock for this kind of database")
+        lock = FileLock(path, fleet)
+    elif ledger.startswith(("postgresql", "postgres")):
+        lock = PgAdvisoryLock(ledger, fleet)
+    else:
+        raise UsageError(f"ledger {ledger!r}: no rollout lock for this kind of database")
+    lock.wait_s, lock.say = wait_s, say
+    return lock
+
+
+def acquire_waiting(lock: FileLock | PgAdvisoryLock, wait_s: float,
+                    say: Any = None, poll_s: float = 1.0) -> FileLock | PgAdvisoryLock:
+    """Take ``lock``; held by another rollout, try again every ``poll_s`` for up to ``wait_s``
+    seconds (``--wait-lock``), saying once whom it waits for. This is how a second coordinator
+    takes over: the first one's lock goes when it dies (the kernel drops a flock, PostgreSQL an
+    advisory lock whose session ends), and the same command then resumes the unfinished run.
+    Ctrl-C or SIGTERM while waiting stops at once (:class:`provisioner.interrupts.Interrupted`);
+    after ``wait_s`` the refusal is :class:`LockHeld` (exit 75), as without waiting."""
+    from provisioner import interrupts
+
+    deadline = time.monotonic() + max(0.0, wait_s)
+    told = False
+    while True:
+        try:
+            return lock.acquire()
+        except LockHeld as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if wait_s > 0:
+                    raise LockHeld(f"{exc} (waited {wait_s:.0f}s for it: --wait-lock)") from None
+                raise
+            if not told and say is not None:
+                say(f"waiting up to {wait_s:.0f}s for the fleet lock: {exc}")
+                told = True
+            interrupts.sleep(min(poll_s, left))

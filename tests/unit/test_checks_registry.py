@@ -6,6 +6,7 @@ order is the registry's, and the one the report had before the checks were split
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,17 @@ def test_a_module_cannot_register_a_foreign_id() -> None:
     with pytest.raises(ValueError, match="registered twice"):
         registry.declare("gpu.present", "provisioner.verify.checks.gpu", "twice", emitted_by="x")
     assert "nvfs.stray" not in REGISTRY and "nowhere.x" not in REGISTRY
+
+
+def test_a_judge_must_answer_for_its_own_id() -> None:
+    ctx = Context(build_facts(nf.gather_doc(route="nvfs")), iotest.evaluate(
+        nf.direct_nvfs_io(), route="nvfs"), Policy.default(), "nvfs", "/mnt/gds")
+    real = REGISTRY["gpu.present"]
+    stray = replace(real, id="gpu.elsewhere")
+    with pytest.raises(ValueError, match="gpu.elsewhere returned a result for gpu.present"):
+        stray.run(ctx)
+    result = real.run(ctx)
+    assert result is not None and result.id == "gpu.present"
 
 
 def test_report_order_is_the_registry_order_and_unchanged() -> None:

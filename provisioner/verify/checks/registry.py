@@ -109,7 +109,10 @@ class Check:
             if self.off_target is None:
                 return None
             return self.off_target.result(self.id, ctx)
-        return self.fn(ctx)
+        result = self.fn(ctx)
+        if result is not None and result.id != self.id:
+            raise ValueError(f"the judge of {self.id} returned a result for {result.id}")
+        return result
 
 
 REGISTRY: dict[str, Check] = {}

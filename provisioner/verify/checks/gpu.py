@@ -1,0 +1,81 @@
+"""GPU, driver and kernel checks (``gpu.*``, ``kernel.*``)."""
+
+from __future__ import annotations
+
+from provisioner.verify.checks.evidence import vge
+from provisioner.verify.checks.registry import Context, check
+from provisioner.verify.model import FAIL, PASS, SKIP, WARN, CheckResult
+
+
+@check("gpu.driver.loaded", "NVIDIA driver loaded")
+def driver_loaded(ctx: Context) -> CheckResult:
+    g = ctx.f.get("gpu") or {}
+    if g.get("driver_loaded"):
+        return CheckResult("gpu.driver.loaded", PASS, "NVIDIA driver loaded",
+                           f"loaded, version {g.get('driver_version') or '?'}",
+                           "NVIDIA driver is loaded.")
+    return CheckResult("gpu.driver.loaded", FAIL, "NVIDIA driver loaded",
+                       "no /proc/driver/nvidia/version and no /sys/module/nvidia",
+                       "Install and load the NVIDIA open GPU driver (gdsfleet does not install "
+                       "drivers), then run verify again.")
+
+
+@check("gpu.driver.open", "open GPU kernel module")
+def driver_open(ctx: Context) -> CheckResult:
+    g = ctx.f.get("gpu") or {}
+    flavor = g.get("driver_flavor")
+    if not g.get("driver_loaded") and not flavor:
+        return CheckResult("gpu.driver.open", SKIP, "open kernel module", "no driver",
+                           "Skipped: no GPU driver is loaded.")
+    if flavor == "open":
+        return CheckResult("gpu.driver.open", PASS, "open kernel module", "open",
+                           "The open GPU kernel module is loaded, as nvidia-fs >= 2.17.5 "
+                           "requires.")
+    return CheckResult("gpu.driver.open", FAIL, "open kernel module", str(flavor or "unknown"),
+                       "nvidia-fs needs the OPEN NVIDIA kernel module (modinfo -F license nvidia "
+                       "prints 'Dual MIT/GPL'). Install the open driver flavour "
+                       "(e.g. nvidia-open / nvidia-driver-XXX-open) and reboot.")
+
+
+@check("gpu.present", "at least one GPU visible")
+def present(ctx: Context) -> CheckResult:
+    g = ctx.f.get("gpu") or {}
+    count = int(g.get("count") or 0)
+    if count > 0:
+        names = ", ".join(sorted({str(x.get("name")) for x in g.get("gpus") or []}))
+        return CheckResult("gpu.present", PASS, ">= 1 GPU", f"{count} ({names})",
+                           "GPUs are visible.")
+    return CheckResult("gpu.present", FAIL, ">= 1 GPU", "0",
+                       "No NVIDIA GPU is visible (nvidia-smi -L lists none). Check the hardware, "
+                       "the driver and that this node belongs in the GDS fleet.")
+
+
+@check("gpu.driver.version", "driver version (p2pdma route: the policy's floor)")
+def driver_version(ctx: Context) -> CheckResult:
+    version = (ctx.f.get("gpu") or {}).get("driver_version")
+    if ctx.target == "p2pdma":
+        floor = ctx.p.min_p2pdma_driver
+        ok = vge(version, floor)
+        return CheckResult("gpu.driver.version", PASS if ok else FAIL,
+                           f">= {floor} (p2pdma route)", str(version or "unknown"),
+                           "Driver is new enough for the p2pdma route." if ok else
+                           f"The p2pdma route needs the open driver >= {floor}: "
+                           "upgrade the driver.")
+    return CheckResult("gpu.driver.version", PASS if version else SKIP, "a driver version",
+                       str(version or "unknown"),
+                       "Driver version recorded." if version else "Skipped: no driver version.")
+
+
+@check("kernel.version", "kernel new enough for nvidia-fs")
+def kernel_version(ctx: Context) -> CheckResult:
+    k = ctx.f.get("kernel") or {}
+    ver = tuple(k.get("version") or ())
+    if not ver:
+        return CheckResult("kernel.version", WARN, ">= 4.15", "unknown",
+                           "Could not read the kernel release.")
+    if ver < (4, 15):
+        return CheckResult("kernel.version", FAIL, ">= 4.15", k.get("release", "?"),
+                           "nvidia-fs needs kernel 4.15 or newer: upgrade the kernel.")
+    return CheckResult("kernel.version", PASS, ">= 4.15", str(k.get("release")),
+                       "Kernel is new enough for nvidia-fs (new kernels need a matching nvidia-fs "
+                       "release: 2.26.6 for 6.11/6.14, 2.28.2 for 6.17).")

@@ -122,7 +122,6 @@ class LedgerBase:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         """One write transaction (``BEGIN IMMEDIATE`` on SQLite)."""

@@ -35,7 +35,8 @@ from typing import Any
 
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
-from provisioner.store import Ledger, display_url, resolve_ledger
+from provisioner.store.location import display_url, resolve_ledger
+from provisioner.store.queries import LedgerQueries
 from provisioner.verify import proof
 from provisioner.verify.model import NodeReport
 
@@ -226,7 +227,7 @@ def _states(args: argparse.Namespace, names: Sequence[str]) -> tuple[list[NodeSt
     shown = display_url(location)
     max_age = parse_age(args.max_age)
     now = utc_now()
-    with Ledger.open(location, read_only=True) as ledger:  # never creates anything
+    with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
         if len(names) == 1:
             rec = ledger.latest_for(names[0])
             records = {names[0]: rec} if rec else {}

@@ -53,13 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
     """Latest record per node, and the ledger (None when it does not exist yet)."""
-    from provisioner.store import Ledger
+    from provisioner.store.queries import LedgerQueries
 
     if "://" not in location and not Path(location).expanduser().exists():
         return {}, None
     from provisioner.rollout.state import latest_states
 
-    ledger = Ledger.open(location, read_only=True)  # never creates a schema, file or row
+    ledger = LedgerQueries.open(location, read_only=True)  # never creates a schema, file or row
     try:
         return latest_states(ledger), ledger
     except BaseException:
@@ -70,7 +70,7 @@ def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
 def run(args: argparse.Namespace) -> int:
     from provisioner.inventory import load_inventory
     from provisioner.rollout.planner import parse_wave_spec, plan_waves
-    from provisioner.store import display_url, fleet_id, resolve_ledger
+    from provisioner.store.location import display_url, fleet_id, resolve_ledger
 
     parse_wave_spec(args.waves)  # refuse a bad spec before touching anything else
     from provisioner.outputs import check_output_path

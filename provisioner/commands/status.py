@@ -15,7 +15,8 @@ from typing import Any
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT, node_result
 from provisioner.sanitize import printable
-from provisioner.store import Ledger, display_url, resolve_ledger
+from provisioner.store.location import display_url, resolve_ledger
+from provisioner.store.queries import LedgerQueries
 from provisioner.verify import proof
 from provisioner.verify.model import IoTestResult
 
@@ -39,8 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 1 when any node drifted (for cron/CI)")
 
 
-def open_ledger(args: argparse.Namespace) -> Ledger:
-    return Ledger.open(resolve_ledger(args.ledger, args.inventory), read_only=True)
+def open_ledger(args: argparse.Namespace) -> LedgerQueries:
+    return LedgerQueries.open(resolve_ledger(args.ledger, args.inventory), read_only=True)
 
 
 def proof_refused(x: dict[str, Any]) -> str | None:
@@ -80,7 +81,7 @@ def _row(x: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
-    with Ledger.open(location, read_only=True) as ledger:  # never creates anything
+    with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
         rows = [_row(x) for x in ledger.latest()]
     if args.drift:
         rows = [r for r in rows if r["drift"]]

@@ -211,7 +211,8 @@ class PgAdvisoryLock:
         from sqlalchemy.exc import SQLAlchemyError
 
         from provisioner.errors import LedgerError
-        from provisioner.store import _short, display_url
+        from provisioner.store.engine import _short
+        from provisioner.store.location import display_url
 
         try:
             engine = create_engine(

@@ -1,4 +1,4 @@
-"""What the rollout needs from the ledger beyond provisioner/store.py's public API.
+"""What the rollout needs from the ledger beyond the public API of provisioner.store.
 
 Built on the Ledger's own engine and tables (no schema of its own):
 

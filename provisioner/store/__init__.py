@@ -1,0 +1,79 @@
+"""The compliance ledger: every verification and every rollout step, append-only.
+
+A package in rooms of its own:
+
+- :mod:`provisioner.store.schema`: the tables, the formats of their columns, the schema
+  version and its migrations;
+- :mod:`provisioner.store.engine`: opening a path or URL (SQLite or PostgreSQL), the read and
+  write transactions, database errors mapped to :class:`~provisioner.errors.LedgerError`;
+- :mod:`provisioner.store.writes`: what ``verify`` and the rollout write;
+- :mod:`provisioner.store.queries`: the read-only queries of ``status``, ``history``,
+  ``report``, ``export`` and ``plan``;
+- :mod:`provisioner.store.location`: where the ledger lives.
+
+:class:`Ledger` has both sides, for the commands that write (``verify``, ``rollout``); the
+read-only commands open :class:`~provisioner.store.queries.LedgerQueries`.
+"""
+
+from __future__ import annotations
+
+from provisioner.store.engine import BUSY_TIMEOUT_MS, _short
+from provisioner.store.location import (
+    ENV_LEDGER,
+    default_ledger,
+    display_url,
+    fleet_id,
+    resolve_ledger,
+)
+from provisioner.store.queries import LedgerQueries
+from provisioner.store.schema import (
+    SCHEMA_VERSION,
+    STEPS,
+    _dumps,
+    _loads,
+    _text,
+    check_results,
+    dispatches,
+    ledger_meta,
+    metadata,
+    new_run_id,
+    node_steps,
+    runs,
+    step_events,
+    utcnow,
+    verifications,
+)
+from provisioner.store.writes import LedgerWrites
+
+
+class Ledger(LedgerWrites, LedgerQueries):
+    """The compliance ledger. Open with :meth:`Ledger.open`; thread-safe."""
+
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "ENV_LEDGER",
+    "SCHEMA_VERSION",
+    "STEPS",
+    "Ledger",
+    "LedgerQueries",
+    "LedgerWrites",
+    "_dumps",
+    "_loads",
+    "_short",
+    "_text",
+    "check_results",
+    "default_ledger",
+    "dispatches",
+    "display_url",
+    "fleet_id",
+    "ledger_meta",
+    "metadata",
+    "new_run_id",
+    "node_steps",
+    "resolve_ledger",
+    "runs",
+    "step_events",
+    "utcnow",
+    "verifications",
+]

@@ -1,0 +1,59 @@
+"""Where the ledger lives: ``--ledger``, ``$GDSFLEET_LEDGER`` or the inventory's default, the
+name a fleet has in it, and the location as messages show it (password hidden)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+ENV_LEDGER = "GDSFLEET_LEDGER"
+
+
+def fleet_id(inventory: str | os.PathLike[str]) -> str:
+    """The name a fleet has in the ledger: its inventory's absolute path.
+
+    ``verify`` and ``rollout`` both use this, so ``last_unfinished_run(kind, fleet)`` finds the
+    run of the same fleet whichever relative path the operator typed.
+    """
+    return str(Path(inventory).expanduser().resolve())
+
+
+def default_ledger(inventory: str | os.PathLike[str] | None = None) -> str:
+    """Where the ledger lives when neither ``--ledger`` nor ``GDSFLEET_LEDGER`` says.
+
+    The simulated lab (an inventory at ``<repo>/inventories/lab``) keeps its ledger in
+    ``<repo>/.lab/ledger.sqlite``; anything else in ``~/.local/state/gdsfleet/ledger.sqlite``
+    (``$XDG_STATE_HOME`` honoured).
+    """
+    if inventory is not None:
+        p = Path(inventory).expanduser().resolve()
+        for cand in (p, *p.parents):
+            if cand.name == "lab" and cand.parent.name == "inventories":
+                return str(cand.parent.parent / ".lab" / "ledger.sqlite")
+            if cand.name == "inventories":
+                break
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return str(Path(state) / "gdsfleet" / "ledger.sqlite")
+
+
+def resolve_ledger(
+    explicit: str | None, inventory: str | os.PathLike[str] | None = None
+) -> str:
+    """``--ledger`` first, then ``$GDSFLEET_LEDGER``, then :func:`default_ledger`."""
+    return explicit or os.environ.get(ENV_LEDGER) or default_ledger(inventory)
+
+
+def display_url(url_or_path: str) -> str:
+    """The ledger location with any password hidden (for messages and logs): the URL's
+    password and a ``password=`` query parameter (provisioner.redact)."""
+    from provisioner.redact import redact_text
+
+    if "://" not in url_or_path:
+        return redact_text(url_or_path)
+    try:
+        return redact_text(make_url(url_or_path).render_as_string(hide_password=True))
+    except ArgumentError:
+        return "<unparseable ledger URL>"

@@ -1,0 +1,190 @@
+"""What the rollout and ``verify`` write to the ledger: runs, verifications with their checks,
+each node's step and its audit trail, and the dispatches to execution nodes.
+
+Every method is ONE write transaction (``BEGIN IMMEDIATE`` on SQLite), so a node's verification
+and its step commit together. ``provisioner.rollout.state`` batches the same rows for large
+fleets on the same tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import insert, update
+from sqlalchemy.engine import Connection
+
+from provisioner.errors import LedgerError
+from provisioner.redact import redact_mapping
+from provisioner.store.engine import LedgerBase
+from provisioner.store.schema import (
+    STEPS,
+    _dumps,
+    _text,
+    check_results,
+    dispatches,
+    new_run_id,
+    node_steps,
+    runs,
+    step_events,
+    utcnow,
+    verifications,
+)
+
+
+class LedgerWrites(LedgerBase):
+    """The ledger's writes (see the module's docstring)."""
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, kind: str, fleet: str, args: Mapping[str, Any] | None = None) -> str:
+        if kind not in ("verify", "rollout"):
+            raise LedgerError(f"unknown run kind {kind!r} (verify or rollout)")
+        run_id = new_run_id()
+        with self._write() as conn:
+            conn.execute(
+                insert(runs).values(
+                    id=run_id,
+                    kind=kind,
+                    fleet=fleet,
+                    started_at=utcnow(),
+                    status="running",
+                    # no secret reaches the ledger, whoever calls (provisioner.redact)
+                    args_json=_dumps(redact_mapping(dict(args or {}))),
+                )
+            )
+        return run_id
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self._write() as conn:
+            res = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .values(finished_at=utcnow(), status=status)
+            )
+            if res.rowcount == 0:
+                raise LedgerError(f"ledger {self.location}: no run {run_id!r}")
+
+    # ------------------------------------------------------------------ records
+    def record_verification(
+        self,
+        run_id: str,
+        report: Mapping[str, Any],
+        *,
+        step: str | None = None,
+        wave: int | None = None,
+        raw: Mapping[str, str] | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append one node's verification (``NodeReport.to_dict()``), its checks and, when
+        ``step`` is given, the node's step: all in ONE transaction.
+
+        Raw outputs come from ``raw`` or the report's ``"raw"`` key; they are stored in
+        ``raw_json`` beside (not inside) the parsed report.
+        """
+        doc = dict(report)
+        raw_out = dict(raw) if raw is not None else dict(doc.pop("raw", None) or {})
+        doc.pop("raw", None)
+        name = str(doc.get("name") or "")
+        if not name:
+            raise LedgerError("a verification report without a node name cannot be recorded")
+        io = doc.get("io_test") or {}
+        now = utcnow()
+        with self._write() as conn:
+            vid = conn.execute(
+                insert(verifications)
+                .values(
+                    run_id=run_id,
+                    node=name,
+                    at=now,
+                    reachable=bool(doc.get("reachable")),
+                    compliant=bool(doc.get("compliant")),
+                    route=doc.get("route"),
+                    path_taken=io.get("path_taken") if isinstance(io, Mapping) else None,
+                    report_json=_dumps(doc),
+                    raw_json=_dumps(raw_out),
+                )
+                .returning(verifications.c.id)
+            ).scalar_one()
+            rows = [
+                {
+                    "verification_id": vid,
+                    "check_id": str(c.get("id")),
+                    "status": str(c.get("status")),
+                    "expected": _text(c.get("expected")),
+                    "observed": _text(c.get("observed")),
+                    "message": _text(c.get("message")),
+                }
+                for c in doc.get("checks") or []
+            ]
+            if rows:
+                conn.execute(insert(check_results), rows)
+            if step is not None:
+                self._set_step(conn, run_id, name, step, wave, detail, now)
+        return int(vid)
+
+    def set_step(
+        self,
+        run_id: str,
+        node: str,
+        step: str,
+        *,
+        wave: int | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        with self._write() as conn:
+            self._set_step(conn, run_id, node, step, wave, detail, utcnow())
+
+    def _set_step(
+        self,
+        conn: Connection,
+        run_id: str,
+        node: str,
+        step: str,
+        wave: int | None,
+        detail: Mapping[str, Any] | None,
+        now: str,
+    ) -> None:
+        if step not in STEPS and step != "verified":
+            raise LedgerError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
+        values = {
+            "run_id": run_id,
+            "node": node,
+            "wave": wave,
+            "step": step,
+            "updated_at": now,
+            "detail_json": _dumps(dict(detail or {})),
+        }
+        stmt: Any
+        if self._sqlite:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
+        stmt = dialect_insert(node_steps).values(**values)
+        changes = {"step": step, "updated_at": now, "detail_json": values["detail_json"]}
+        if wave is not None:
+            changes["wave"] = wave
+        stmt = stmt.on_conflict_do_update(index_elements=["run_id", "node"], set_=changes)
+        conn.execute(stmt)
+        event_row = {k: v for k, v in values.items() if k != "updated_at"}
+        conn.execute(insert(step_events).values(**event_row, at=now))
+
+    def record_dispatch(self, run_id: str, wave: int, shard: int, exec_node: str, token: str,
+                        deadline: str | None, state: str, hosts: Sequence[str]) -> int:
+        """A dispatch about to be sent; returns its id (for :meth:`update_dispatch`)."""
+        now = utcnow()
+        with self._write() as conn:
+            res = conn.execute(insert(dispatches).values(
+                run_id=run_id, wave=wave, shard=shard, exec_node=exec_node, token=token,
+                deadline=deadline, state=state, created_at=now, updated_at=now,
+                hosts_json=_dumps({"hosts": list(hosts)}), detail_json="{}"))
+            key = res.inserted_primary_key
+        return int(key[0]) if key else 0
+
+    def update_dispatch(self, dispatch_id: int, state: str,
+                        detail: Mapping[str, Any] | None = None) -> None:
+        values: dict[str, Any] = {"state": state, "updated_at": utcnow()}
+        if detail is not None:
+            values["detail_json"] = _dumps(redact_mapping(dict(detail)))
+        with self._write() as conn:
+            conn.execute(update(dispatches).where(dispatches.c.id == dispatch_id).values(**values))
+

@@ -6,12 +6,14 @@ or with each other (a parser, a probe) still lives once: a script declares the m
 needs, and :func:`bundle` puts their source into the script at send time, as Ansible's
 AnsiballZ puts ``module_utils`` into a module.
 
-The declaration, in the script (exactly these two marker lines around one import):
+The declaration, in the script (exactly one pair of these marker lines, around the import;
+everything between them is replaced):
 
 .. code-block:: python
 
     # gdsfleet:bundle-begin
     from provisioner.remote.bundle import shared as _shared  # controller side; bundle() inlines
+
     # gdsfleet:bundle-end
     _cufile_json = _shared("cufile_json.py")
 

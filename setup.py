@@ -2,9 +2,10 @@
 
 What the roles and the provisioner must agree on has one copy in git, in the collection's
 plugins/module_utils/: the cufile.json schema (cufile_schema.json, read through
-cufile_schema.py beside it) and how kmod reads modprobe.d (modprobe_conf.py). The build copies
-those files into the wheel as provisioner/_collection/; provisioner/collection_utils.py loads
-them from there, or from plugins/module_utils/ when it runs from a checkout.
+cufile_schema.py beside it), how cufile.json's comments are stripped (cufile_json.py) and how
+kmod reads modprobe.d (modprobe_conf.py). The build copies those files into the wheel as
+provisioner/_collection/; provisioner/collection_utils.py loads them from there, or from
+plugins/module_utils/ when it runs from a checkout.
 tests/unit/test_cufile_schema_shared.py builds a wheel and checks the copy.
 """
 
@@ -17,7 +18,8 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 SHARED = tuple(f"plugins/module_utils/{name}" for name in
-               ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py"))
+               ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py",
+                "cufile_json.py"))
 
 
 class BuildPyWithCollectionSchema(build_py):

@@ -1,8 +1,9 @@
 """The collection's module_utils that the provisioner shares (one copy in git).
 
 Some knowledge lives once, in the collection's plugins/module_utils/, because the roles and
-``provisioner verify`` must agree on it: the cufile.json schema (cufile_schema.py + .json) and
-how kmod reads modprobe.d (modprobe_conf.py). The wheel carries build-time copies in
+``provisioner verify`` must agree on it: the cufile.json schema (cufile_schema.py + .json),
+how cufile.json's comments are stripped (cufile_json.py) and how kmod reads modprobe.d
+(modprobe_conf.py). The wheel carries build-time copies in
 provisioner/_collection/ (setup.py); a checkout reads plugins/module_utils/ directly.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 # what setup.py copies into the wheel's provisioner/_collection/
-SHARED_FILES = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py")
+SHARED_FILES = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py", "cufile_json.py")
 
 # verify evaluates nodes in parallel threads: a module is in sys.modules before its code has run
 # (exec_module needs that), so a second thread must wait for the first to finish loading it.
@@ -35,22 +36,41 @@ def load(filename: str) -> ModuleType:
         return _load_locked(filename, f"provisioner._collection_{Path(filename).stem}")
 
 
+def load_path(path: Path, name: str) -> ModuleType:
+    """Import the module file ``path`` under ``name`` once (thread-safe, as load())."""
+    with _LOAD_LOCK:
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            return loaded
+        module = _exec_path(path, name)
+        if module is None:  # pragma: no cover - broken install
+            raise ImportError(f"cannot import {path}")
+        return module
+
+
+def _exec_path(path: Path, name: str) -> ModuleType | None:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - broken install
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)  # never leave a half-loaded module
+        raise
+    return module
+
+
 def _load_locked(filename: str, name: str) -> ModuleType:
     loaded = sys.modules.get(name)
     if loaded is not None:
         return loaded
     for path in candidates(filename):
         if path.is_file():
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:  # pragma: no cover - broken install
+            module = _exec_path(path, name)
+            if module is None:  # pragma: no cover - broken install
                 continue
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                sys.modules.pop(name, None)  # never leave a half-loaded module
-                raise
             return module
     raise ImportError(
         f"the collection's {filename} is missing from "

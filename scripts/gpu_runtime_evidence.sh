@@ -117,8 +117,10 @@ echo "[exit $?]" >> "$ev/verify-local.txt"
 echo "== verify-local: $(tail -n 1 "$ev/verify-local.txt")"
 # the node I/O script itself, 64 MiB, from the role's venv: as verify runs it (host libcufile
 # loaded first) and without that (what cuda-pathfinder picks on its own)
+# (bundled with its shared modules as verify sends it: provisioner/remote/bundle.py)
+python3 -m provisioner.remote.bundle iotest.py > /tmp/gdsfleet-iotest.py
 for pref in true false; do
-  /opt/gdsfleet/venv/bin/python provisioner/remote/iotest.py \
+  /opt/gdsfleet/venv/bin/python /tmp/gdsfleet-iotest.py \
     "{\"path\": \"$iodir\", \"size_bytes\": 67108864, \"gds_threshold\": 4096, \"cufile_log\": true, \"prefer_host_libcufile\": $pref}" \
     > "$ev/iotest-prefer-host-$pref.json" 2> "$ev/iotest-prefer-host-$pref.stderr"
   echo "== iotest prefer_host=$pref: exit $? $(grep -o '"libcufile_mapped": \[[^]]*\]' "$ev/iotest-prefer-host-$pref.json" | head -n 1)"

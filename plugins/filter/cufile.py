@@ -48,24 +48,32 @@ __all__ = [
 ROUTES = ("nvfs", "p2pdma")
 
 
-def _load_schema_module() -> ModuleType:
-    """plugins/module_utils/cufile_schema.py, by path: it works the same in an installed
-    collection, in this checkout (unit tests, testinfra) and whatever Ansible names this file."""
-    path = Path(__file__).resolve().parent.parent / "module_utils" / "cufile_schema.py"
-    name = "gdsfleet_gds_module_utils_cufile_schema"
+def _load_module_utils(stem: str) -> ModuleType:
+    """plugins/module_utils/<stem>.py, by path: it works the same in an installed collection,
+    in this checkout (unit tests, testinfra) and whatever Ansible names this file."""
+    path = Path(__file__).resolve().parent.parent / "module_utils" / f"{stem}.py"
+    name = f"gdsfleet_gds_module_utils_{stem}"
     loaded = sys.modules.get(name)
     if loaded is not None and getattr(loaded, "__file__", None) == str(path):
         return loaded
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # pragma: no cover - broken install
-        raise ImportError(f"cannot load the cufile.json schema from {path}")
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
+def _load_schema_module() -> ModuleType:
+    """plugins/module_utils/cufile_schema.py (the one cufile.json schema)."""
+    return _load_module_utils("cufile_schema")
+
+
 _schema_module = _load_schema_module()
+# cufile.json's comment stripping: one copy (plugins/module_utils/cufile_json.py), shared with
+# provisioner verify and the node-side I/O test; it also drops trailing commas.
+strip_json_comments = _load_module_utils("cufile_json").strip_comments
 # The one schema (plugins/module_utils/cufile_schema.json), shared with provisioner verify.
 SCHEMA: Any = _schema_module.load()
 
@@ -100,39 +108,6 @@ def _has(config: Mapping[str, Any], path: str) -> bool:
             return False
         node = node[part]
     return True
-
-
-def strip_json_comments(text: str) -> str:
-    """Remove // and /* */ comments (NVIDIA ships cufile.json with them), keeping strings."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    in_str = False
-    while i < n:
-        c = text[i]
-        if in_str:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if c == '"':
-                in_str = False
-            i += 1
-            continue
-        if c == '"':
-            in_str = True
-            out.append(c)
-            i += 1
-        elif text.startswith("//", i):
-            while i < n and text[i] != "\n":
-                i += 1
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def normalize(config: Mapping[str, Any] | None) -> dict[str, Any]:

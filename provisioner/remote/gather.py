@@ -1,6 +1,7 @@
 """gdsfleet read-only gather script: runs ON a node, prints ONE JSON document.
 
-Sent over SSH on stdin to ``python3 -``. Stdlib only, Python 3.8+. It changes nothing on the
+Sent over SSH on stdin to ``python3 -``, bundled with the shared modules it declares
+(provisioner/remote/bundle.py). Stdlib only, Python 3.8+. It changes nothing on the
 node: it reads files under /proc, /sys and /etc and runs read-only commands (uname, modinfo,
 nvidia-smi, ofed_info, dpkg-query/rpm, dkms status, lsblk, mokutil, gdscheck -p), each with
 a timeout. Every item is returned raw ({"rc", "out", "err"}); the orchestrator parses.
@@ -20,6 +21,14 @@ import shutil
 import subprocess
 import sys
 import time
+
+# gdsfleet:bundle-begin
+from provisioner.remote.bundle import shared as _shared  # controller side; bundle() inlines
+
+# gdsfleet:bundle-end
+# How kmod reads modprobe.d: plugins/module_utils/modprobe_conf.py (one copy, shared with
+# provisioner verify and the collection's filter gdsfleet.gds.modprobe_plan).
+_modprobe_conf = _shared("modprobe_conf.py")
 
 SCHEMA = 1
 CMD_TIMEOUT = 30.0
@@ -284,16 +293,10 @@ def find_libcufile() -> dict:
 
 # -- modprobe.d, the kernel command line and built-in modules (the p2pdma route) -------------
 # Every directory some kmod reads (kmod >= 32 order); which of them the node's kmod reads, and
-# in which order, the orchestrator decides from `modprobe --version` (the shared parser,
-# plugins/module_utils/modprobe_conf.py). Whole files are sent (bounded), so that lines ending
-# in a backslash are joined there as kmod joins them.
-MODPROBE_DIRS = (
-    "/etc/modprobe.d",
-    "/run/modprobe.d",
-    "/usr/local/lib/modprobe.d",
-    "/usr/lib/modprobe.d",
-    "/lib/modprobe.d",
-)
+# in which order, the orchestrator decides from `modprobe --version`. The list is the shared
+# parser's (plugins/module_utils/modprobe_conf.py, bundled in at send time). Whole files are
+# sent (bounded), so that lines ending in a backslash are joined there as kmod joins them.
+MODPROBE_DIRS = _modprobe_conf.MODPROBE_DIRS
 MODPROBE_MAX_FILE = 64 * 1024
 MODPROBE_MAX_TOTAL = 256 * 1024
 # Built-in modules whose parameters come only from the kernel command line.

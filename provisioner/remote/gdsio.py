@@ -1,5 +1,6 @@
 """Node-side gdsio runner for ``verify --gdsio`` (sent on stdin to the node's python3 (3.8+),
-options as one JSON argument; prints one JSON document).
+options as one JSON argument; prints one JSON document; bundled with the shared modules it
+declares at send time, provisioner/remote/bundle.py).
 
 Finds NVIDIA's gdsio (gds-tools: /usr/local/cuda/gds/tools/gdsio, else the newest
 /usr/local/cuda-X.Y/gds/tools/gdsio), checks the free space, lays the test file out once, then
@@ -16,6 +17,13 @@ import subprocess
 import sys
 import time
 import uuid
+
+# gdsfleet:bundle-begin
+from provisioner.remote.bundle import shared as _shared  # controller side; bundle() inlines
+
+# gdsfleet:bundle-end
+# Free space: provisioner/remote/_nodefs.py (shared with iotest.py, bundled in at send time).
+free_bytes = _shared("_nodefs.py").free_bytes
 
 FIXED = "/usr/local/cuda/gds/tools/gdsio"
 VERSIONED = "/usr/local/cuda-*/gds/tools/gdsio"
@@ -42,14 +50,6 @@ def size_arg(n: int) -> str:
     if n % (1 << 20) == 0:
         return f"{n >> 20}M"
     return f"{n >> 10}K"
-
-
-def free_bytes(directory: str):  # type: ignore[no-untyped-def]
-    try:
-        st = os.statvfs(directory)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 def lay_out(path: str, size: int) -> None:

@@ -1,6 +1,7 @@
 """gdsfleet kvikio I/O test: runs ON a node, prints ONE JSON document on stdout.
 
-Sent over SSH on stdin to ``python3 - '<options json>'``. Stdlib only, Python 3.8+; uses the
+Sent over SSH on stdin to ``python3 - '<options json>'``, bundled with the shared modules it
+declares (provisioner/remote/bundle.py). Stdlib only, Python 3.8+; uses the
 node's kvikio and cupy (only the API subset named in docs/checks.md, looked up defensively).
 
 What it does:
@@ -37,17 +38,27 @@ import contextlib
 import importlib
 import json
 import os
-import re
 import select
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
 import uuid
 from typing import Any
+
+# gdsfleet:bundle-begin
+from provisioner.remote.bundle import shared as _shared  # controller side; bundle() inlines
+
+# gdsfleet:bundle-end
+# cufile.json's comment stripping: plugins/module_utils/cufile_json.py (one copy, shared with
+# provisioner verify and the collection's filters).
+_cufile_json = _shared("cufile_json.py")
+# Free space and sizes in words: provisioner/remote/_nodefs.py (shared with gdsio.py).
+_nodefs = _shared("_nodefs.py")
+free_bytes = _nodefs.free_bytes
+human_bytes = _nodefs.human_bytes
 
 SCHEMA = 1
 STATS = "/proc/driver/nvidia-fs/stats"
@@ -66,105 +77,12 @@ LOG_HEAD_LINES = 3000
 LOG_TAIL_LINES = 1000
 
 
-# Where a host (not a Python wheel) keeps libcufile when ldconfig's cache does not list it: the
-# CUDA toolkit's folders (the H100's libcufile 1.15.1: /usr/local/cuda/targets/x86_64-linux/lib).
-HOST_LIBCUFILE_DIRS = (
-    "/usr/local/cuda/targets/x86_64-linux/lib",
-    "/usr/local/cuda/targets/sbsa-linux/lib",
-    "/usr/local/cuda/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-)
-LIBCUFILE_SONAME = "libcufile.so.0"
-# The nvidia-cufile wheels: CUDA 13 dropped the -cuNN suffix.
-CUFILE_WHEELS = ("nvidia-cufile", "nvidia-cufile-cu13", "nvidia-cufile-cu12")
-_VERSION_IN_NAME = re.compile(r"libcufile\.so\.(\d+(?:\.\d+)+)$")
-
-
-def _in_python_tree(path: str) -> bool:
-    """A path inside a Python environment (a wheel's copy), not the host's."""
-    real = os.path.realpath(path)
-    venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
-    return ("/site-packages/" in real or "/dist-packages/" in real
-            or (venv and real.startswith(os.path.realpath(sys.prefix) + os.sep)))
-
-
-def library_version(path: str) -> str | None:
-    """``1.15.1`` from the file name libcufile.so.0 resolves to (libcufile.so.1.15.1)."""
-    m = _VERSION_IN_NAME.search(os.path.basename(os.path.realpath(path)))
-    return m.group(1) if m else None
-
-
-def host_libcufile() -> dict:
-    """The host's libcufile.so.0: ldconfig's cache first, then HOST_LIBCUFILE_DIRS; never a copy
-    inside a Python environment. ``path`` is None when the host has none."""
-    candidates: list = []
-    try:
-        proc = subprocess.run(["ldconfig", "-p"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, timeout=15, check=False,
-                              env=dict(os.environ, PATH="/usr/sbin:/sbin:/usr/bin:/bin"))
-        for line in proc.stdout.decode("utf-8", "replace").splitlines()[:5000]:
-            name, _, target = line.strip().partition(" => ")
-            if name.split(" ", 1)[0] == LIBCUFILE_SONAME and target.startswith("/"):
-                candidates.append(("ldconfig", target.strip()))
-    except (OSError, subprocess.SubprocessError):
-        pass
-    candidates += [("cuda_dir", os.path.join(d, LIBCUFILE_SONAME)) for d in HOST_LIBCUFILE_DIRS]
-    for source, path in candidates:
-        if os.path.isfile(path) and not _in_python_tree(path):
-            return {"path": path, "real": os.path.realpath(path), "source": source,
-                    "version": library_version(path)}
-    return {"path": None, "real": None, "source": None, "version": None}
-
-
-def wheel_libcufile() -> dict:
-    """The nvidia-cufile wheel in this interpreter's environment (what cuda-pathfinder would
-    load first), with its version; ``distribution`` is None when there is none."""
-    try:
-        from importlib import metadata as md
-    except ImportError:  # Python < 3.8
-        return {"distribution": None, "version": None, "path": None}
-    for name in CUFILE_WHEELS:
-        try:
-            dist = md.distribution(name)
-        except Exception:  # noqa: BLE001, S112 - not installed, or unreadable metadata
-            continue
-        path = None
-        for f in dist.files or []:
-            if os.path.basename(str(f)).startswith(LIBCUFILE_SONAME):
-                path = str(dist.locate_file(f))
-                break
-        return {"distribution": name, "version": dist.version, "path": path}
-    return {"distribution": None, "version": None, "path": None}
-
-
-def mapped_libcufile(maps: str = "/proc/self/maps") -> list:
-    """The libcufile files mapped into this process (at most 8)."""
-    found: list = []
-    for line in (read_text(maps) or "").splitlines():
-        path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
-        base = os.path.basename(path)
-        if base.startswith("libcufile.so") and path not in found:
-            found.append(path)
-            if len(found) >= 8:
-                break
-    return found
-
-
-def preload_libcufile(path: str | None) -> dict:
-    """Load the host's libcufile before kvikio does (cuda-pathfinder then takes the one already
-    in the process, and libkvikio's dlopen of the soname finds it loaded)."""
-    if not path:
-        return {"path": None, "error": "the host has no libcufile.so.0"}
-    try:
-        import ctypes
-
-        ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_GLOBAL", 0))
-    except OSError as exc:
-        return {"path": path, "error": str(exc)[:300]}
-    return {"path": path, "error": None}
-
+# Which libcufile (the host's, the wheel's, what is mapped): provisioner/remote/_libcufile.py.
+_libcufile = _shared("_libcufile.py")
+host_libcufile = _libcufile.host_libcufile
+wheel_libcufile = _libcufile.wheel_libcufile
+mapped_libcufile = _libcufile.mapped_libcufile
+preload_libcufile = _libcufile.preload_libcufile
 
 def read_text(path: str) -> str | None:
     try:
@@ -255,37 +173,6 @@ def gds_threshold(kvikio: Any) -> object:
     return None
 
 
-def strip_json_comments(text: str) -> str:
-    """NVIDIA ships cufile.json with // and /* */ comments and trailing commas."""
-    out = []
-    i, n, in_str = 0, len(text), False
-    while i < n:
-        ch = text[i]
-        if in_str:
-            out.append(ch)
-            if ch == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-            out.append(ch)
-        elif text.startswith("//", i):
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        else:
-            out.append(ch)
-        i += 1
-    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
-
-
 def scoped_cufile_json(tmpdir: str) -> dict:
     """Write a test-scoped copy of the node's effective cufile.json into ``tmpdir`` (its log in
     ``tmpdir/log``); return what was done (``json`` is the path, or ``error`` says why not)."""
@@ -297,7 +184,7 @@ def scoped_cufile_json(tmpdir: str) -> dict:
         info["source_missing"] = True  # cuFile's built-in defaults apply
     else:
         try:
-            loaded = json.loads(strip_json_comments(text))
+            loaded = json.loads(_cufile_json.strip_comments(text))
         except ValueError as exc:
             info["error"] = f"{source} is not valid JSON: {exc}"
             return info
@@ -678,23 +565,6 @@ def main() -> int:
             shutil.rmtree(tmpdir, ignore_errors=True)
         out["duration_s"] = round(time.monotonic() - started, 3)
     return _emit(out)
-
-
-def free_bytes(directory: str):  # type: ignore[no-untyped-def]
-    """Bytes an unprivileged writer may still use in ``directory`` (None when unknown)."""
-    try:
-        st = os.statvfs(directory)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def human_bytes(n: int) -> str:
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= factor:
-            value = n / factor
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{n} bytes"
 
 
 def _emit(doc: dict) -> int:

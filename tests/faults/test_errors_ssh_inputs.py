@@ -25,6 +25,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.errors import ConnectError, InventoryError, LedgerError
 from provisioner.exitcodes import Exit
+from provisioner.remote import load_script
 from provisioner.store import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -485,13 +486,13 @@ def test_inventory_sets_the_io_size_and_the_flag_still_wins(tmp_path: Path) -> N
 
 
 def test_node_checks_free_space_before_writing(tmp_path: Path) -> None:
-    script = REPO / "provisioner" / "remote" / "iotest.py"
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
     size = (free // 4096 + 1024) * 4096
-    r = subprocess.run([sys.executable, str(script),
-                        json.dumps({"path": str(tmp_path), "size_bytes": size})],
-                       capture_output=True, text=True, timeout=60)
+    opts = json.dumps({"path": str(tmp_path), "size_bytes": size})
+    r = subprocess.run([sys.executable, "-", opts],
+                       input=load_script("iotest.py").decode(), capture_output=True, text=True,
+                       timeout=60)
     doc = json.loads(r.stdout.strip().splitlines()[-1])
     assert doc["status"] == "skipped" and doc["reason"].startswith("needs ")
     assert f"free at {tmp_path}" in doc["reason"]

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gds_collection import ROOT, VENV_BIN, ansible_env
+from gds_collection import VENV_BIN, ansible_env
 
+from provisioner.remote import load_script
 from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
@@ -44,7 +45,7 @@ BUILD_TASK = ("gdsfleet.gds.nvidia_fs : "
               "Build and install nvidia-fs for the other installed kernels")
 OFED_TASK = ("gdsfleet.gds.mofed : "
              "Build and install the OFED modules for the other installed kernels")
-GATHER = (ROOT / "provisioner/remote/gather.py").read_bytes()
+GATHER = load_script("gather.py")  # bundled with its shared modules, as verify sends it
 
 
 def boot_kernel_check(node: Any) -> CheckResult:

@@ -322,6 +322,7 @@ def test_wheel_carries_the_schema_and_verify_reads_it(wheel: Path, tmp_path: Pat
         assert "provisioner/_collection/cufile_schema.json" in names
         assert "provisioner/_collection/cufile_schema.py" in names
         assert "provisioner/_collection/modprobe_conf.py" in names
+        assert "provisioner/_collection/cufile_json.py" in names
         assert not any(n.startswith("plugins/") for n in names)
         data = zf.read("provisioner/_collection/cufile_schema.json")
         assert data == SCHEMA_JSON.read_bytes()

@@ -137,9 +137,10 @@ def test_host_libcufile_never_takes_a_wheels_copy(tmp_path: Path,
     (wheel_dir / "libcufile.so.0").write_bytes(b"")
     (host_dir / "libcufile.so.1.14.1").write_bytes(b"")
     (host_dir / "libcufile.so.0").symlink_to("libcufile.so.1.14.1")
-    monkeypatch.setattr(mod, "HOST_LIBCUFILE_DIRS", (str(wheel_dir), str(host_dir)))
+    lib = mod._libcufile  # the shared node-side module (provisioner/remote/_libcufile.py)
+    monkeypatch.setattr(lib, "HOST_LIBCUFILE_DIRS", (str(wheel_dir), str(host_dir)))
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # no ldconfig answer here
-    monkeypatch.setattr(mod.subprocess, "run", _no_ldconfig)
+    monkeypatch.setattr(lib.subprocess, "run", _no_ldconfig)
     host = mod.host_libcufile()
     assert host["path"] == str(host_dir / "libcufile.so.0")
     assert host["version"] == "1.14.1" and host["source"] == "cuda_dir"

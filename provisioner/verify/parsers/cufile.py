@@ -1,10 +1,12 @@
 """``/etc/cufile.json`` (or ``$CUFILE_ENV_PATH_JSON``).
 
 NVIDIA ships the file as JSON with ``//`` and ``/* */`` comments and trailing commas. The
-comment stripper walks the text as a tokenizer does, so ``//`` inside a string (a path, a URL)
-is kept. Keys and types are checked against the collection's one cufile.json schema
-(plugins/module_utils/cufile_schema.json, also read by the filter gdsfleet.gds.cufile_validate):
-unknown keys are reported with the key meant, wrong types with what the key takes.
+comment stripper (the collection's plugins/module_utils/cufile_json.py, one copy shared with
+the filters and the node-side I/O test) walks the text as a tokenizer does, so ``//`` inside a
+string (a path, a URL) is kept. Keys and types are checked against the collection's one
+cufile.json schema (plugins/module_utils/cufile_schema.json, also read by the filter
+gdsfleet.gds.cufile_validate): unknown keys are reported with the key meant, wrong types with
+what the key takes.
 """
 
 from __future__ import annotations
@@ -30,52 +32,9 @@ def schema() -> Any:
     return _load_schema_module().load()
 
 
-def strip_comments(text: str) -> str:
-    """Remove // and /* */ comments outside strings, and trailing commas before } or ].
-
-    One pass: a closing } or ] outside a string drops the comma that precedes it (across
-    whitespace and removed comments), so strings are scanned once."""
-    out: list[str] = []
-    i = 0
-    n = len(text)
-    in_string = False
-    while i < n:
-        c = text[i]
-        if in_string:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if c == '"':
-                in_string = False
-            i += 1
-            continue
-        if c == '"':
-            in_string = True
-            out.append(c)
-            i += 1
-            continue
-        if c == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if c == "/" and i + 1 < n and text[i + 1] == "*":
-            j = text.find("*/", i + 2)
-            # keep line numbers stable for error messages
-            chunk = text[i : (n if j < 0 else j + 2)]
-            out.append("\n" * chunk.count("\n"))
-            i = n if j < 0 else j + 2
-            continue
-        if c in "}]":
-            k = len(out) - 1
-            while k >= 0 and (not out[k] or out[k].isspace()):
-                k -= 1
-            if k >= 0 and out[k] == ",":
-                del out[k]
-        out.append(c)
-        i += 1
-    return "".join(out)
+# The one comment stripper (plugins/module_utils/cufile_json.py), shared with the collection's
+# filters and the node-side I/O test.
+strip_comments = collection_utils.load("cufile_json.py").strip_comments
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def test_output_over_the_cap_stops_the_command(lab: dict,
     it was read, however much the node sent."""
     from provisioner.errors import OutputTooLarge
 
-    monkeypatch.setattr("provisioner.ssh.MAX_STDOUT_BYTES", 1024 * 1024)
+    monkeypatch.setattr("provisioner.ssh.connection.MAX_STDOUT_BYTES", 1024 * 1024)
     root, port, known = lab["root"], lab["port"], lab["known"]
     with SSHRunner(_node(port, root, known), _settings(root)) as r:
         t0 = time.monotonic()

@@ -1,0 +1,346 @@
+""":class:`SSHRunner`: one paramiko connection per node (through ProxyJump hops or a
+ProxyCommand), connected with bounded timeouts and retries, and commands run on it with a
+wall-clock deadline, stdout and stderr drained while they run and capped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import select
+import shlex
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import paramiko
+
+from provisioner.errors import CommandTimeout, ConnectError, HostKeyError, OutputTooLarge
+from provisioner.inventory import Node
+from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, human_bytes, printable
+from provisioner.ssh.base import SSHSettings, Target, clip, redact
+from provisioner.ssh.config import load_ssh_config, resolve_target
+from provisioner.ssh.hostkeys import _fill_host_keys, _HostKeyPolicy
+from provisioner.ssh.known_hosts import known_host_keys
+from provisioner.ssh.retry import (
+    _is_banner_error,
+    _is_handshake_timeout,
+    describe_error,
+    with_retries,
+)
+from provisioner.verify.model import CommandResult
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# --------------------------------------------------------------------------- the runner
+class SSHRunner:
+    """A ``CommandRunner`` over one SSH connection to one node (connects on first use)."""
+
+    def __init__(
+        self,
+        node: Node,
+        settings: SSHSettings | None = None,
+        *,
+        config: paramiko.SSHConfig | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self.node = node
+        self.settings = settings or SSHSettings()
+        if target is None:
+            if config is None:
+                config = load_ssh_config(self.settings.ssh_config)
+            target = resolve_target(node, self.settings, config)
+        self.target = target
+        self._client: paramiko.SSHClient | None = None
+        self._hops: list[paramiko.SSHClient] = []
+        self.connect_attempts = 0
+
+    # context manager
+    def __enter__(self) -> SSHRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for c in [self._client, *reversed(self._hops)]:
+            if c is not None:
+                with contextlib.suppress(Exception):  # a dead connection may fail to close
+                    c.close()
+        self._client = None
+        self._hops = []
+
+    def connect(self) -> None:
+        """Connect (with retries on transient errors); raises ConnectError / HostKeyError."""
+        if self._client is not None and self._transport_active():
+            return
+        self.close()
+        missing_key = self._missing_inventory_key()
+        if missing_key:
+            # Never fall back to whatever ~/.ssh or the agent offers: the inventory named a key.
+            raise ConnectError(
+                f"{self.node.name}: ansible_ssh_private_key_file {missing_key} does not exist; "
+                f"fix the path in the inventory (host_vars/ or group_vars/) or create the key"
+            )
+
+        def attempt() -> None:
+            self.connect_attempts += 1
+            try:
+                self._connect_once()
+            except Exception:
+                self.close()
+                raise
+
+        try:
+            with_retries(
+                attempt,
+                retries=self.settings.retries,
+                base_delay=self.settings.retry_delay_s,
+                max_delay=self.settings.retry_max_delay_s,
+            )
+        except Exception as exc:
+            err = describe_error(self.node.name, self.target, exc)
+            if _is_banner_error(exc):
+                err = ConnectError(
+                    f"{self.node.name} ({self.target.describe()}): no SSH banner within "
+                    f"{self.settings.banner_timeout:g}s after {self.connect_attempts} attempt(s): "
+                    f"the port accepts TCP but nothing there speaks SSH (a wrong ansible_port, "
+                    f"a proxy or firewall holding the connection, or an overloaded sshd)",
+                    transient=True,
+                )
+            elif _is_handshake_timeout(exc):
+                # paramiko gave up waiting for the key exchange: the server sent something,
+                # not SSH (a banner that never ends, another protocol); not retried
+                err = ConnectError(
+                    f"{self.node.name} ({self.target.describe()}): no SSH handshake within "
+                    f"{self.settings.banner_timeout + self.settings.connect_timeout:g}s: the "
+                    f"port answers but does not speak SSH (a wrong ansible_port, another "
+                    f"service, or a server that never ends its banner)")
+            raise err from None
+
+    def _missing_inventory_key(self) -> str | None:
+        key = self.node.key_file
+        if key and not os.path.isfile(os.path.expanduser(key)):
+            return os.path.expanduser(key)
+        return None
+
+    def _transport_active(self) -> bool:
+        t = self._client.get_transport() if self._client else None
+        return bool(t and t.is_active())
+
+    def _connect_once(self) -> None:
+        sock: Any = None
+        chain = [*self.target.jumps, self.target]
+        for i, hop in enumerate(self.target.jumps):
+            client = self._client_for(hop)
+            try:
+                self._connect_client(client, hop, sock)
+            except Exception as exc:
+                raise describe_error(f"{self.node.name} (jump host {hop.name})", hop, exc) from exc
+            self._hops.append(client)
+            transport = client.get_transport()
+            assert transport is not None
+            nxt = chain[i + 1]
+            sock = transport.open_channel(
+                "direct-tcpip",
+                (nxt.hostname, nxt.port),
+                ("127.0.0.1", 0),
+                timeout=self.settings.channel_timeout,
+            )
+        if sock is None and self.target.proxy_command:
+            sock = paramiko.ProxyCommand(self.target.proxy_command)
+        client = self._client_for(self.target)
+        self._client = client
+        self._connect_client(client, self.target, sock)
+        transport = client.get_transport()
+        if transport is not None and self.settings.keepalive_s:
+            transport.set_keepalive(self.settings.keepalive_s)
+
+    def _client_for(self, target: Target) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        try:
+            view = known_host_keys(target.known_hosts, target.host_key_name)
+        except HostKeyError as exc:
+            raise HostKeyError(f"{self.node.name}: {exc}") from None
+        _fill_host_keys(client, target, view)  # revoked keys are not among them
+        client.set_missing_host_key_policy(
+            _HostKeyPolicy(target, self.settings, self.node.name, view))
+        return client
+
+    def _connect_client(self, client: paramiko.SSHClient, target: Target, sock: Any) -> None:
+        key_files = [k for k in target.key_files if os.path.isfile(k)]
+        if sock is None:
+            # The TCP connect is ours, bounded by connect_timeout; paramiko's ``timeout`` then
+            # bounds only the SSH handshake. Given the TCP timeout, paramiko would stop waiting
+            # for the handshake after connect_timeout, before its own banner timeout, and fail
+            # with "No existing session" on a host that accepts TCP but never speaks SSH.
+            sock = open_socket(target.hostname, target.port, self.settings.connect_timeout)
+        client.connect(
+            target.hostname,
+            port=target.port,
+            username=target.user,
+            key_filename=key_files or None,  # type: ignore[arg-type]  # str or list
+            timeout=self.settings.banner_timeout + self.settings.connect_timeout,
+            banner_timeout=self.settings.banner_timeout,
+            auth_timeout=self.settings.auth_timeout,
+            channel_timeout=self.settings.channel_timeout,
+            allow_agent=True,
+            look_for_keys=not key_files,
+            sock=sock,
+        )
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        """Run one command; stdout/stderr drained concurrently; deadline ``timeout`` seconds."""
+        self.connect()
+        assert self._client is not None
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(f"{self.node.name}: connection lost", transient=True)
+        full = _with_env(command, env)
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        try:
+            chan = transport.open_session(timeout=self.settings.channel_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectError(
+                printable(redact(clip(f"{self.node.name}: cannot open a session: {exc}"))),
+                transient=True,
+            ) from exc
+        out: list[bytes] = []
+        err: list[bytes] = []
+        sizes = {"stdout": 0, "stderr": 0}
+
+        def take(what: str, chunk: bytes, into: list[bytes], limit: int) -> None:
+            into.append(chunk)
+            sizes[what] += len(chunk)
+            if sizes[what] > limit:  # the channel is closed below: the command gets SIGHUP
+                raise OutputTooLarge(
+                    f"{self.node.name}: output too large: the command wrote more than "
+                    f"{human_bytes(limit)} to {what} (the limit of what the controller reads "
+                    f"from a node); it was stopped: {_short_cmd(command)}")
+
+        try:
+            chan.settimeout(self.settings.channel_timeout)
+            chan.exec_command(full)
+            if stdin:
+                view = bytes(stdin)
+                while view:
+                    if time.monotonic() > deadline:
+                        raise CommandTimeout(
+                            f"{self.node.name}: command ran past {timeout:.0f}s while sending "
+                            f"its input: {_short_cmd(command)}"
+                        )
+                    sent = chan.send(view[:32768])
+                    view = view[sent:]
+            chan.shutdown_write()
+            chan.setblocking(False)
+            # Read both streams to EOF, not merely until the exit status: sshd may send
+            # exit-status while a background child still writes to the channel.
+            while True:
+                got = False
+                while chan.recv_ready():
+                    take("stdout", chan.recv(65536), out, MAX_STDOUT_BYTES)
+                    got = True
+                while chan.recv_stderr_ready():
+                    take("stderr", chan.recv_stderr(65536), err, MAX_STDERR_BYTES)
+                    got = True
+                if got:
+                    continue
+                if chan.eof_received or chan.closed:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeout(
+                        f"{self.node.name}: command ran past its {timeout:g}s deadline: "
+                        f"{_short_cmd(command)}"
+                    )
+                select.select([chan], [], [], min(0.05, remaining))
+            # exit-status usually comes right after EOF; the channel's close without one
+            # (a killed session) gives -1.
+            while not chan.exit_status_ready() and not chan.closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeout(
+                        f"{self.node.name}: no exit status within the {timeout:g}s deadline: "
+                        f"{_short_cmd(command)}"
+                    )
+                chan.status_event.wait(min(0.05, remaining))
+            status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectError(
+                printable(redact(clip(
+                    f"{self.node.name}: connection lost while running a command: {exc}"))),
+                transient=False,
+            ) from exc
+        finally:
+            chan.close()
+        return CommandResult(
+            exit_status=status,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            duration_s=time.monotonic() - t0,
+        )
+
+
+
+def open_socket(hostname: str, port: int, timeout: float) -> socket.socket:
+    """TCP connect to the first address that answers, as paramiko does, bounded by ``timeout``.
+
+    Refused or unreachable on every address raises paramiko's ``NoValidConnectionsError`` (a
+    transient error); any other socket error (a timeout, a resolution failure) propagates.
+    """
+    errors: dict[tuple[Any, ...], OSError] = {}
+    infos = socket.getaddrinfo(hostname, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    for family, socktype, proto, _name, addr in infos:
+        sock = socket.socket(family, socktype, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH):
+                raise
+            errors[tuple(addr)] = exc
+    raise paramiko.ssh_exception.NoValidConnectionsError(errors)
+
+
+def _with_env(command: str, env: dict[str, str] | None) -> str:
+    """Prefix exports (sshd's AcceptEnv usually drops SSH env requests)."""
+    if not env:
+        return command
+    parts = []
+    for k, v in env.items():
+        if not _ENV_NAME.match(k):
+            raise ValueError(f"invalid environment variable name {k!r}")
+        parts.append(f"{k}={shlex.quote(v)}; export {k};")
+    return " ".join(parts) + " " + command
+
+
+def _short_cmd(command: str) -> str:
+    first = command.strip().splitlines()[0] if command.strip() else ""
+    return redact(first[:120] + ("..." if len(first) > 120 or "\n" in command.strip() else ""))
+
+
+def runner_factory(
+    settings: SSHSettings,
+) -> Callable[[Node], SSHRunner]:
+    """One ssh config parse for the whole run; a runner per node."""
+    config = load_ssh_config(settings.ssh_config)
+
+    def make(node: Node) -> SSHRunner:
+        return SSHRunner(node, settings, config=config)
+
+    return make
+

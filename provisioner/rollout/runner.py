@@ -11,7 +11,8 @@ never ok or changed (a failure seen before the cut may still have been rescued).
 
 On disk, per run (``artifacts/<ident>/`` of a kept runner folder): ansible-runner's own small
 files (``command``, ``status``, ``rc``), one slim ``events.jsonl`` (one line per event, only
-the fields gdsfleet uses, see :func:`event_line`) and ``hosts.json`` (the per-host outcomes).
+the fields gdsfleet uses, see :func:`~provisioner.rollout.events.event_line`) and
+``hosts.json`` (the per-host outcomes).
 Nothing else per event: the event handler returns False, which tells ansible-runner not to
 write its ``job_events/<n>-<uuid>.json`` (one file per event, 6 per host for a 3-task play),
 and its ``stdout``/``stderr`` copies are off (``suppress_output_file``).
@@ -22,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -35,15 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ProvisionerError
-
-_WHY = re.compile(r"error|fail|unmet|depends:|unable|not installable|no such|denied|refus",
-                  re.IGNORECASE)
-
-# events.jsonl: longest message kept (its tail), longest host/task name kept
-_EVENT_MSG_MAX = 500
-_EVENT_NAME_MAX = 200
-_FAILED_EVENTS = frozenset({"runner_on_failed", "runner_item_on_failed", "runner_on_async_failed",
-                            "runner_on_unreachable"})
+from provisioner.rollout.events import (
+    EventLog,
+    _bounded,
+    _message,
+    _slim,
+    event_line,
+)
 
 # Environment variables ansible-playbook never needs that can hold a secret (a ledger URL with
 # its password): left out of its environment and of the runner's ``command`` artifact.
@@ -100,39 +98,6 @@ class PlaybookResult:
     error: str | None = None  # the playbook did not run at all (syntax error, missing file)
     events: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
 
-
-def _message(res: Mapping[str, Any]) -> str:
-    """The most useful one-line reason in a task result."""
-    for key in ("msg", "stderr", "module_stderr", "reason", "stdout"):
-        val = res.get(key)
-        if isinstance(val, str) and val.strip():
-            text = val.strip()
-            break
-    else:
-        results = res.get("results")
-        if isinstance(results, list):
-            for item in results:
-                if isinstance(item, Mapping) and item.get("failed"):
-                    return _message(item)
-        text = "task failed (no message)"
-    if res.get("_ansible_no_log"):
-        return "task failed (output hidden by no_log)"
-    # a generic msg ("... failed: E: Sub-process ... error code (1)") says little: add the
-    # output lines that say why (unmet dependencies, a DKMS build error, ...)
-    extra: list[str] = []
-    for key in ("stdout", "stderr"):
-        val = res.get(key)
-        if isinstance(val, str) and val is not text:
-            extra += [ln.strip() for ln in val.splitlines()
-                      if _WHY.search(ln) and ln.strip() and ln.strip() not in text]
-    if extra:
-        text = text + "\n" + "\n".join(list(dict.fromkeys(extra))[-4:])
-    # keep the ledger and reports readable: last lines of long outputs
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if len(lines) > 6:
-        lines = ["..."] + lines[-6:]
-    out = "\n".join(lines)
-    return out[-2000:]
 
 
 class EventCollector:
@@ -280,95 +245,6 @@ class EventCollector:
     def started(self) -> bool:
         """The playbook was loaded and began (its first event came)."""
         return self._started
-
-
-def _bounded(text: str, limit: int) -> str:
-    return text if len(text) <= limit else "..." + text[-(limit - 3):]
-
-
-def event_line(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The line ``events.jsonl`` keeps of one event: its kind, counter and time, the host and
-    task, changed/failed of a result, its duration, and a bounded, redacted message (the
-    reason of a failure, or a host-less event's output, e.g. ``ERROR!`` lines); never the
-    task's arguments or its full result."""
-    from provisioner.redact import redact_text
-
-    kind = str(event.get("event", ""))[:64]
-    data = event.get("event_data") or {}
-    if not isinstance(data, Mapping):
-        data = {}
-    line: dict[str, Any] = {"event": kind, "counter": event.get("counter"),
-                            "at": event.get("created")}
-    for key in ("host", "task"):
-        val = data.get(key)
-        if isinstance(val, str) and val:
-            line[key] = _bounded(val, _EVENT_NAME_MAX)
-    res = data.get("res")
-    res = res if isinstance(res, Mapping) else {}
-    msg = ""
-    if kind.startswith("runner_"):
-        if "changed" in res:
-            line["changed"] = bool(res.get("changed"))
-        line["failed"] = kind in _FAILED_EVENTS
-        if data.get("ignore_errors"):
-            line["ignored"] = True
-        if isinstance(data.get("duration"), (int, float)):
-            line["duration"] = round(float(data["duration"]), 3)
-        if line["failed"]:
-            msg = _message(res)
-    elif not data.get("host"):
-        stdout = event.get("stdout")
-        msg = stdout.strip() if isinstance(stdout, str) and kind in ("verbose", "error") else ""
-    if msg:
-        line["message"] = _bounded(redact_text(msg), _EVENT_MSG_MAX)
-    return line
-
-
-class EventLog:
-    """``events.jsonl`` of one run: a 0600 file, one line per event, opened on the first line
-    (ansible-runner creates the run's artifacts folder before its first event), line-buffered
-    so that a killed controller leaves every line written so far."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fh: Any = None
-        self._lock = threading.Lock()
-        self.lines = 0
-
-    def __call__(self, line: Mapping[str, Any]) -> None:
-        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
-        with self._lock:
-            if self._fh is None:
-                from provisioner.fsutil import open_private, private_dir
-
-                try:
-                    private_dir(self.path.parent)
-                    fd = open_private(self.path)
-                except OSError:
-                    self._fh = False  # no folder to write into: the outcomes still count
-                    return
-                self._fh = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
-            if self._fh:
-                self._fh.write(text + "\n")
-                self.lines += 1
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fh:
-                self._fh.close()
-            self._fh = None
-
-
-def _slim(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of an event small enough to keep (no stdout, no module args)."""
-    data = dict(event.get("event_data") or {})
-    res = data.get("res")
-    if isinstance(res, Mapping):
-        data["res"] = {k: res[k] for k in ("changed", "msg", "unreachable", "failed",
-                                           "skipped", "rc") if k in res}
-    for k in ("task_args", "playbook_uuid", "play_uuid", "task_uuid", "uuid"):
-        data.pop(k, None)
-    return {"event": event.get("event"), "counter": event.get("counter"), "event_data": data}
 
 
 def _ansible_bin_dir() -> str | None:

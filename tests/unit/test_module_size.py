@@ -17,9 +17,7 @@ MARKER = "One piece:"
 # entry has become stale.
 PENDING_SPLITS: frozenset[str] = frozenset({
     "provisioner/remote/iotest.py",
-    "provisioner/rollout/executors/ssh.py",
     "provisioner/store.py",
-    "provisioner/verify/checks.py",
 })
 
 

@@ -251,6 +251,21 @@ def table(results: list[dict[str, Any]], rat: list[dict[str, Any]], cores: int) 
     return "\n".join(lines)
 
 
+def write_json(path: Path, results: list[dict[str, Any]], cores: int, complete: bool) -> None:
+    from ansible.release import __version__ as core
+    from ansible_runner.__main__ import VERSION as runner
+
+    doc = {"complete": complete,
+           "machine": {"cores": cores, "python": platform.python_version(),
+                       "system": f"{platform.system()} {platform.release()}",
+                       "ansible_core": core, "ansible_runner": runner},
+           "runs": results, "ratios": ratios(results), "marginal_cpu": marginal_cpu(results),
+           "targets": {"k2": TARGET_K2, "k4": TARGET_K4, "cpu_ms_per_host": TARGET_CPU_MS}}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, nargs="+", default=[200, 500, 1000])
@@ -286,21 +301,16 @@ def main(argv: list[str] | None = None) -> int:
                               f"{r['coordinator_cpu_ms_per_host']:.2f} ms coordinator CPU "
                               f"per host", file=sys.stderr, flush=True)
                         results.append(r)
+                        if args.json:  # a machine taken away mid-way still leaves these
+                            write_json(Path(args.json), results, cores, complete=False)
     except BenchFailed as exc:
+        if args.json:
+            Path(args.json).unlink(missing_ok=True)
         print(f"bench_exec_scale FAILED (no figure): {exc}", file=sys.stderr)
         return 1
-    rat = ratios(results)
-    print(table(results, rat, cores))
+    print(table(results, ratios(results), cores))
     if args.json:
-        from ansible.release import __version__ as core
-        from ansible_runner.__main__ import VERSION as runner
-
-        doc = {"machine": {"cores": cores, "python": platform.python_version(),
-                           "system": f"{platform.system()} {platform.release()}",
-                           "ansible_core": core, "ansible_runner": runner},
-               "runs": results, "ratios": rat, "marginal_cpu": marginal_cpu(results),
-               "targets": {"k2": TARGET_K2, "k4": TARGET_K4, "cpu_ms_per_host": TARGET_CPU_MS}}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        write_json(Path(args.json), results, cores, complete=True)
     return 0
 
 

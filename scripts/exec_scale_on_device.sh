@@ -23,6 +23,7 @@ VENV=${VENV:-/tmp/gdsfleet-exec-venv}
 HOSTS=${HOSTS:-200 500 1000}
 EXEC_NODES=${EXEC_NODES:-1 2 4}
 FORKS=${FORKS:-20}
+TASK_SLEEP=${TASK_SLEEP:-0}  # seconds: --task-sleep, the fork-bound case
 mkdir -p "$OUT"
 probe=$OUT/probe.txt
 
@@ -79,11 +80,11 @@ fi
   >> "$probe" 2>&1 || { echo "FAILED: installing the provisioner from the tree" | tee -a "$probe"; exit 70; }
 "$VENV/bin/python" -c 'import ansible, ansible_runner, provisioner, sqlalchemy, paramiko, rich' \
   >> "$probe" 2>&1 || { echo "FAILED: imports in the new venv" | tee -a "$probe"; exit 70; }
-"$VENV/bin/python" -m pip freeze 2>/dev/null | sed 's/^/## venv: /' >> "$probe"
+"$VENV/bin/python" -m pip list --format=freeze 2>/dev/null | sed 's/^/## venv: /' >> "$probe"
 
 # shellcheck disable=SC2086  # the lists are meant to split
 PYTHONUNBUFFERED=1 "$VENV/bin/python" bench/bench_exec_scale.py --hosts $HOSTS \
-  --exec-nodes $EXEC_NODES --forks-per-exec-node "$FORKS" --json "$OUT/exec-scale.json" \
+  --exec-nodes $EXEC_NODES --forks-per-exec-node "$FORKS" --task-sleep "$TASK_SLEEP" --json "$OUT/exec-scale.json" \
   2> "$OUT/progress.txt" | tee "$OUT/table.txt"
 rc=${PIPESTATUS[0]}
 cat "$OUT/progress.txt"

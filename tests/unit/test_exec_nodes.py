@@ -28,13 +28,18 @@ from provisioner.cli import main
 from provisioner.errors import UsageError
 from provisioner.rollout.executors.shard import ShardBy, shard_hosts
 from provisioner.store import Ledger
+from tests.harness.loopback_sshd import (
+    BIN,
+    SSHD,
+    LoopbackExecNodes,
+    exec_inventory,
+    stand_in_collection,
+)
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 needs_sshd = pytest.mark.skipif(
     not os.path.exists(SSHD) or os.geteuid() != 0 or shutil.which("ssh") is None,
     reason="needs OpenSSH's sshd and ssh (openssh-server/-client, scripts/setup.sh) and root",
 )
-BIN = Path(sys.executable).parent
 CANARY = "gdsfleet-canary-7f3a9c"  # a secret that must never show in a cmdline or on a node
 CANARY_FILE = "gdsfleet-filecanary-52be1d"
 
@@ -76,54 +81,18 @@ def _targets(root: Path) -> Path:
     return inv
 
 
-def _collection(base: Path, version: str) -> Path:
-    """A stand-in gdsfleet.gds: only the MANIFEST.json the check reads (version, hash)."""
-    top = base / "ansible_collections" / "gdsfleet" / "gds"
-    top.mkdir(parents=True)
-    (top / "MANIFEST.json").write_text(json.dumps({"collection_info": {
-        "namespace": "gdsfleet", "name": "gds", "version": version}}))
-    return base
-
-
-def _exec_inventory(root: Path, ports: list[int], runner: str | None = None,
-                    name: str = "exec.ini", colls: Path | None = None) -> Path:
-    inv = root / name
-    lines = ["[gdsfleet_exec]"]
-    for i, port in enumerate(ports):
-        lines.append(
-            f"e{i + 1} ansible_host=127.0.0.1 ansible_port={port} ansible_user=root "
-            f"ansible_ssh_private_key_file={root / 'client_key'} "
-            f"gdsfleet_exec_runner={runner or BIN / 'ansible-runner'} "
-            f"gdsfleet_exec_workdir={root / 'work'} "
-            f"gdsfleet_exec_collections_path={colls or root / 'collections'}")
-    inv.write_text("\n".join(lines) + "\n")
-    return inv
+_collection = stand_in_collection  # names the tests of this family import
+_exec_inventory = exec_inventory
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from tests.unit.test_ssh_sshd import Sshd, _keygen
-
     root = tmp_path_factory.mktemp("execnodes")
-    _keygen(root / "host_key")
-    _keygen(root / "client_key")
-    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
-    _collection(root / "collections", "0.2.0")
-    servers = [Sshd(root, root / "host_key"), Sshd(root, root / "host_key")]
-    for s in servers:
-        s.start()
-    host_pub = (root / "host_key.pub").read_text().split()
-    (root / "known_hosts").write_text("".join(
-        f"[127.0.0.1]:{s.port} {host_pub[0]} {host_pub[1]}\n" for s in servers))
-    (root / "play.yml").write_text(PLAYBOOK)
-    (root / "secrets.yml").write_text(f"file_token: {CANARY_FILE}\n")
-    try:
-        yield {"root": root, "ports": [s.port for s in servers],
-               "targets": _targets(root), "exec": _exec_inventory(root, [s.port for s in
-                                                                      servers])}
-    finally:
-        for s in servers:
-            s.stop()
+    with LoopbackExecNodes(root, count=2, version="0.2.0") as nodes:
+        (root / "play.yml").write_text(PLAYBOOK)
+        (root / "secrets.yml").write_text(f"file_token: {CANARY_FILE}\n")
+        yield {"root": root, "ports": nodes.ports,
+               "targets": _targets(root), "exec": _exec_inventory(root, nodes.ports)}
 
 
 @pytest.fixture

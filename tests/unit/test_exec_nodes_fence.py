@@ -25,6 +25,7 @@ from provisioner.rollout import guard
 from provisioner.rollout.executors.fence import fence, worker_script
 from provisioner.rollout.executors.ssh import ExecNode, SshExecutor, SshOptions
 from provisioner.store import Ledger
+from tests.harness.loopback_sshd import free_port as _free_port
 from tests.unit import test_exec_nodes as base
 from tests.unit.test_exec_nodes import (
     BIN,
@@ -36,7 +37,6 @@ from tests.unit.test_exec_nodes import (
     _rollout,
     needs_sshd,
 )
-from tests.unit.test_ssh_sshd import _free_port
 
 lab = base.lab  # the fixtures of test_exec_nodes: two sshd on loopback, no operator's HOME
 env = base.env

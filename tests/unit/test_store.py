@@ -7,13 +7,6 @@ on a free loopback port, as the ``postgres`` user when running as root, and remo
 
 from __future__ import annotations
 
-import glob
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -32,56 +25,16 @@ from provisioner.store import (
     fleet_id,
     resolve_ledger,
 )
-
-
-def _pg_bin() -> str | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if found:
-        return os.path.dirname(found[-1])
-    initdb = shutil.which("initdb")
-    return os.path.dirname(initdb) if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.harness import pg as pgmod
 
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    if os.environ.get("GDSFLEET_TEST_PG_URL"):
-        yield os.environ["GDSFLEET_TEST_PG_URL"]
-        return
-    bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql)")
-    as_root = os.geteuid() == 0
-    if as_root:
-        try:
-            pw = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run the cluster")
-    base = tempfile.mkdtemp(prefix="gdsfleet-pg-")
-    data = os.path.join(base, "data")
-    port = _free_port()
-    prefix: list[str] = []
-    if as_root:
-        os.chown(base, pw.pw_uid, pw.pw_gid)
-        prefix = ["runuser", "-u", "postgres", "--"]
-    env = dict(os.environ, LC_ALL="C.UTF-8")
-    subprocess.run([*prefix, f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "gds",
-                    "-E", "UTF8"], check=True, capture_output=True, env=env)
-    opts = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", data, "-o", opts, "-l",
-                    os.path.join(base, "log"), "-w", "start"], check=True,
-                   capture_output=True, env=env)
     try:
-        yield f"postgresql+psycopg://gds@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
-                       capture_output=True, env=env)
-        shutil.rmtree(base, ignore_errors=True)
+        with pgmod.cluster() as url:
+            yield url
+    except pgmod.NoPostgres as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -3,8 +3,11 @@
 Each case is one inventory host (``ansible_connection: local``) whose host variables are the
 case's variables; the play runs the same tasks on every host, so a case's result is exactly what
 a run of its own would give for the variables a role reads from its defaults (inventory host vars
-win over role defaults, as the ``-e`` of a single run does). Do NOT batch a case whose variables
-are role ``vars/`` or set by ``set_fact``: only ``-e`` beats those, so such a case runs alone.
+win over role defaults, as the ``-e`` of a single run does). A variable that only ``-e`` beats
+(``ansible_facts`` over gathered facts; a role's ``vars/``; ``set_fact``) is named in
+``extra_var_names``: it goes in as an extra variable whose value is a template that picks the
+running host's own value (``{{ __playbatch_extra[inventory_hostname].<name> }}``), so each host
+still gets its case's value with ``-e`` precedence.
 
 A failed host drops out of the play and the others go on (no ``any_errors_fatal``). The results
 come from the ``ansible.posix.json`` callback: per host, ``rc`` is what a run of that host alone
@@ -78,7 +81,8 @@ def _host_text(host: str, results: list[tuple[str, dict[str, Any]]]) -> str:
 
 def run_cases(folder: Path, tasks: list[dict[str, Any]], cases: dict[str, dict[str, Any]],
               env: dict[str, str], *, gather_facts: bool = False,
-              extra_args: tuple[str, ...] = (), timeout: float = 600) -> dict[str, HostRun]:
+              extra_var_names: tuple[str, ...] = (), extra_args: tuple[str, ...] = (),
+              timeout: float = 600) -> dict[str, HostRun]:
     """Run ``tasks`` once over one local host per case; ``{case name: HostRun}``.
 
     ``cases`` maps a case's name to its variables. The names become inventory host names, so
@@ -86,8 +90,26 @@ def run_cases(folder: Path, tasks: list[dict[str, Any]], cases: dict[str, dict[s
     """
     folder.mkdir(parents=True, exist_ok=True)
     names = {name: f"case{i}" for i, name in enumerate(cases)}
-    hosts = {names[name]: {"ansible_connection": "local", **variables}
-             for name, variables in cases.items()}
+    if not all(k.isidentifier() for k in extra_var_names):
+        raise ValueError(f"extra_var_names must be variable names: {list(extra_var_names)}")
+    hosts: dict[str, dict[str, Any]] = {}
+    per_host_extra: dict[str, dict[str, Any]] = {}
+    for name, variables in cases.items():
+        missing = [v for v in extra_var_names if v not in variables]
+        if missing:
+            raise ValueError(f"case {name!r} has no {missing}: every case needs each of "
+                             f"extra_var_names {list(extra_var_names)}")
+        host = names[name]
+        hosts[host] = {"ansible_connection": "local",
+                       **{k: v for k, v in variables.items() if k not in extra_var_names}}
+        per_host_extra[host] = {k: variables[k] for k in extra_var_names}
+    if extra_var_names:
+        extra_file = folder / "extra_vars.json"
+        extra_file.write_text(json.dumps({
+            "__playbatch_extra": per_host_extra,
+            **{k: f"{{{{ __playbatch_extra[inventory_hostname].{k} }}}}"
+               for k in extra_var_names}}))
+        extra_args = ("-e", f"@{extra_file}", *extra_args)
     inventory = folder / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     play = folder / "play.yml"

@@ -4,7 +4,10 @@ Only Debian containers run here, so the RHEL and Ubuntu branches are tested thro
 role computes: ``ansible-playbook`` on localhost runs the role's own ``tasks/assert.yml`` (its
 vars files and input checks) with the node's facts given as ``ansible_facts``, and reports the
 resolved repository URL, the ofed_info version, the GDS support verdict, the packages and the
-mlnxofedinstall arguments. The RHEL check that the patched nvme driver is in place runs the
+mlnxofedinstall arguments. Those probes run as ONE ansible-playbook per module
+(tests/unit/playbatch.py: one local host per case; ``ansible_facts`` keeps ``-e`` precedence):
+the ``probe`` fixture builds the batch for the tests selected, each test reads its own case.
+The RHEL check that the patched nvme driver is in place runs the
 role's ``tasks/nvme_check.yml`` against stand-in ``rpm``/``modinfo`` commands on PATH.
 """
 
@@ -14,10 +17,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.unit.playbatch import HostRun, case_key, run_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -77,11 +83,93 @@ def play(tmp_path: Path, text: str, variables: dict[str, Any],
                           env=run_env, timeout=300, check=False, cwd=tmp_path)
 
 
-def resolve(tmp_path: Path, fact: dict[str, str], **variables: Any) -> tuple[dict[str, Any], str]:
-    out = tmp_path / "out.json"
-    proc = play(tmp_path, PROBE, {"ansible_facts": fact, "out": str(out), **variables})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    return json.loads(out.read_text()), proc.stdout
+def _probe_tasks() -> list[dict[str, Any]]:
+    import yaml
+
+    return list(yaml.safe_load(PROBE)[0]["tasks"])
+
+
+class ProbeBatch:
+    """PROBE over many (facts, variables) cases in one run; ``self(fact, **variables)`` is one
+    case's (exit code and messages, the path its report was written to, or was not)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.results: dict[str, tuple[HostRun, Path]] = {}
+
+    def _case(self, fact: dict[str, str], variables: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        key = case_key({"ansible_facts": fact, **variables})
+        return key, {"ansible_python_interpreter": sys.executable, "ansible_facts": fact,
+                     **variables}
+
+    def run(self, cases: list[tuple[dict[str, str], dict[str, Any]]],
+            folder: Path | None = None) -> None:
+        named: dict[str, dict[str, Any]] = {}
+        for fact, variables in cases:
+            key, case = self._case(fact, variables)
+            named[key] = case
+        outs = {key: self.folder / f"out{len(self.results) + i}.json"
+                for i, key in enumerate(named)}
+        for key, case in named.items():
+            case["out"] = str(outs[key])
+        if not named:
+            return
+        env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+        runs = run_cases(folder or self.folder / "batch", _probe_tasks(), named, env,
+                         extra_var_names=("ansible_facts",))
+        for key, host_run in runs.items():
+            self.results[key] = (host_run, outs[key])
+
+    def __call__(self, fact: dict[str, str], **variables: Any) -> tuple[HostRun, Path]:
+        key, _ = self._case(fact, variables)
+        if key not in self.results:  # a case no test registered: it runs alone
+            self.run([(fact, variables)], self.folder / f"single{len(self.results)}")
+        return self.results[key]
+
+
+def _probe_cases(test: str, params: dict[str, Any]) -> list[tuple[dict[str, str], dict[str, Any]]]:
+    """The PROBE cases a selected test will ask ``probe`` for."""
+    if test == "test_doca_default_per_os":
+        return [(params["fact"], {})]
+    if test == "test_doca_3_2_uses_the_major_release_folder":
+        return [(facts("RedHat", "9.7"), {"mofed_doca_version": "3.2.0",
+                                          "mofed_doca_ofed_version": "25.10-1.2.3"})]
+    if test == "test_an_unknown_doca_release_needs_its_ofed_version":
+        return [(facts("Ubuntu", "24.04"), {"mofed_doca_version": "3.2.0"})]
+    if test == "test_firmware_update_is_opt_in":
+        return [(facts("Ubuntu", "22.04"), dict(MLNX)),
+                (facts("Ubuntu", "22.04"), {"mofed_mlnx_ofed_update_firmware": True, **MLNX})]
+    if test == "test_mlnx_ofed_refusals":
+        return [(facts("Ubuntu", "22.04"), {**MLNX, **params["variables"]})]
+    if test == "test_plain_http_with_a_checksum_is_accepted":
+        return [(facts("Ubuntu", "22.04"), PLAIN_HTTP_WITH_CHECKSUM)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def probe(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> ProbeBatch:
+    """One ansible-playbook over the PROBE cases of this module's selected tests."""
+    batch = ProbeBatch(tmp_path_factory.mktemp("mofed_probe"))
+    cases: list[tuple[dict[str, str], dict[str, Any]]] = []
+    for item in request.session.items:
+        if isinstance(item, pytest.Function) and item.module is request.module:
+            callspec = getattr(item, "callspec", None)
+            cases += _probe_cases(item.originalname, dict(callspec.params) if callspec else {})
+    batch.run(cases)
+    return batch
+
+
+Resolve = Callable[..., tuple[dict[str, Any], str]]
+
+
+@pytest.fixture
+def resolve(probe: ProbeBatch) -> Resolve:
+    def _resolve(fact: dict[str, str], **variables: Any) -> tuple[dict[str, Any], str]:
+        proc, out = probe(fact, **variables)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return json.loads(out.read_text()), proc.stdout
+    return _resolve
 
 
 # ------------------------------------------------------------------------- DOCA default per OS
@@ -100,9 +188,9 @@ def resolve(tmp_path: Path, fact: dict[str, str], **variables: Any) -> tuple[dic
         (facts("RedHat", "8.10"), None, False),
     ],
 )
-def test_doca_default_per_os(tmp_path: Path, fact: dict[str, str], folder: str | None,
+def test_doca_default_per_os(resolve: Resolve, fact: dict[str, str], folder: str | None,
                              supported: bool) -> None:
-    got, stdout = resolve(tmp_path, fact)
+    got, stdout = resolve(fact)
     if folder:
         assert got["url"] == f"https://linux.mellanox.com/public/repo/doca/3.1.0/{folder}/x86_64/"
     assert got["ofed"] == "25.07-0.9.7"  # what ofed_info -s reports for DOCA 3.1.0
@@ -114,21 +202,19 @@ def test_doca_default_per_os(tmp_path: Path, fact: dict[str, str], folder: str |
                            else ["doca-ofed", "mlnx-nvme-dkms", "mlnx-nfsrdma-dkms"])
 
 
-def test_doca_3_2_uses_the_major_release_folder(tmp_path: Path) -> None:
-    got, _ = resolve(tmp_path, facts("RedHat", "9.7"), mofed_doca_version="3.2.0",
+def test_doca_3_2_uses_the_major_release_folder(resolve: Resolve) -> None:
+    got, _ = resolve(facts("RedHat", "9.7"), mofed_doca_version="3.2.0",
                      mofed_doca_ofed_version="25.10-1.2.3")
     assert got["url"].endswith("/doca/3.2.0/rhel9/x86_64/")
     assert got["ofed"] == "25.10-1.2.3"
     assert got["supported"] is False  # the GDS table lists no 3.2
 
 
-def test_an_unknown_doca_release_needs_its_ofed_version(tmp_path: Path) -> None:
-    proc = play(tmp_path, PROBE, {"ansible_facts": facts("Ubuntu", "24.04"),
-                                  "out": str(tmp_path / "o.json"),
-                                  "mofed_doca_version": "3.2.0"})
+def test_an_unknown_doca_release_needs_its_ofed_version(probe: ProbeBatch) -> None:
+    proc, out = probe(facts("Ubuntu", "24.04"), mofed_doca_version="3.2.0")
     assert proc.returncode != 0
     assert "set mofed_doca_ofed_version" in proc.stdout
-    assert not (tmp_path / "o.json").exists()
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------------------- MLNX_OFED
@@ -136,10 +222,10 @@ MLNX = {"mofed_flavor": "mlnx_ofed",
         "mofed_mlnx_ofed_tarball": "https://mirror.example.com/MLNX_OFED_LINUX-23.10-2.1.3.1.tgz"}
 
 
-def test_firmware_update_is_opt_in(tmp_path: Path) -> None:
-    got, _ = resolve(tmp_path, facts("Ubuntu", "22.04"), **MLNX)
+def test_firmware_update_is_opt_in(resolve: Resolve) -> None:
+    got, _ = resolve(facts("Ubuntu", "22.04"), **MLNX)
     assert "--without-fw-update" in got["args"]
-    got, _ = resolve(tmp_path, facts("Ubuntu", "22.04"), mofed_mlnx_ofed_update_firmware=True,
+    got, _ = resolve(facts("Ubuntu", "22.04"), mofed_mlnx_ofed_update_firmware=True,
                      **MLNX)
     assert "--without-fw-update" not in got["args"]
 
@@ -157,18 +243,20 @@ def test_firmware_update_is_opt_in(tmp_path: Path) -> None:
         ({"mofed_mlnx_ofed_tarball_checksum": "sha256 abc"}, "<algorithm>:<hex digest>"),
     ],
 )
-def test_mlnx_ofed_refusals(tmp_path: Path, variables: dict[str, Any], message: str) -> None:
-    proc = play(tmp_path, PROBE, {"ansible_facts": facts("Ubuntu", "22.04"),
-                                  "out": str(tmp_path / "o.json"), **MLNX, **variables})
+def test_mlnx_ofed_refusals(probe: ProbeBatch, variables: dict[str, Any], message: str) -> None:
+    proc, out = probe(facts("Ubuntu", "22.04"), **{**MLNX, **variables})
     assert proc.returncode != 0
     assert message in proc.stdout, proc.stdout[-3000:]
-    assert not (tmp_path / "o.json").exists()
+    assert not out.exists()
 
 
-def test_plain_http_with_a_checksum_is_accepted(tmp_path: Path) -> None:
-    got, _ = resolve(tmp_path, facts("Ubuntu", "22.04"), **{
-        **MLNX, "mofed_mlnx_ofed_tarball": "http://127.0.0.1:8470/MLNX_OFED.tgz",
-        "mofed_mlnx_ofed_tarball_checksum": "sha256:" + "ab" * 32})
+PLAIN_HTTP_WITH_CHECKSUM = {
+    **MLNX, "mofed_mlnx_ofed_tarball": "http://127.0.0.1:8470/MLNX_OFED.tgz",
+    "mofed_mlnx_ofed_tarball_checksum": "sha256:" + "ab" * 32}
+
+
+def test_plain_http_with_a_checksum_is_accepted(resolve: Resolve) -> None:
+    got, _ = resolve(facts("Ubuntu", "22.04"), **PLAIN_HTTP_WITH_CHECKSUM)
     assert got["args"][-1] == "--without-fw-update"
 
 

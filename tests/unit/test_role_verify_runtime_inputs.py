@@ -1,6 +1,11 @@
 """The role gdsfleet.gds.verify_runtime refuses bad input with a message that names the fix,
 before any change: its assert.yml run for real with ansible-playbook against this machine
-(connection local; assert.yml only reads facts), the role taken from this checkout."""
+(connection local; assert.yml only reads facts), the role taken from this checkout.
+
+The assert.yml cases run as ONE ansible-playbook per module (tests/unit/playbatch.py: one local
+inventory host per case, the case's variables as its host vars, which beat the role's defaults as
+``-e`` does): the ``assert_run`` fixture builds the batch for the tests selected, and each test
+reads its own host's exit code and messages. A case no test registered runs alone."""
 
 from __future__ import annotations
 
@@ -10,11 +15,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.playbatch import HostRun, case_key, run_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -42,6 +50,107 @@ def run_assert(tmp_path: Path, variables: dict[str, Any], tasks_from: str = "ass
                           env=env, check=False)
 
 
+ASSERT_TASKS = [{"name": "Only the role's input checks",
+                 "ansible.builtin.include_role": {"name": "verify_runtime",
+                                                  "tasks_from": "assert.yml"}}]
+
+
+def _batch_env() -> dict[str, str]:
+    return dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+                ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+
+
+def _stub_at(folder: Path, version: str) -> str:
+    """STAND-IN interpreter: prints ``version`` whatever it is asked (the role's probe asks for
+    sys.version_info)."""
+    stub = folder / f"python-{version}"
+    if not stub.exists():
+        stub.write_text(f"#!/bin/sh\necho {version}\n")
+        stub.chmod(0o755)
+    return str(stub)
+
+
+class AssertBatch:
+    """The module's assert.yml cases, run together once; ``self(variables)`` is one case's run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.wheels = folder / "wheels"
+        self.wheels.mkdir(parents=True, exist_ok=True)
+        self.nopython = str(folder / "nopython")
+        self.results: dict[str, HostRun] = {}
+
+    def stub(self, version: str) -> str:
+        return _stub_at(self.folder, version)
+
+    def run(self, cases: list[dict[str, Any]]) -> None:
+        named = {case_key(c): c for c in cases}
+        if named:
+            self.results.update(run_cases(self.folder / "batch", ASSERT_TASKS, named,
+                                          _batch_env()))
+
+    def __call__(self, variables: dict[str, Any]) -> HostRun:
+        key = case_key(variables)
+        if key not in self.results:  # a case no test registered: it runs alone
+            self.results.update(run_cases(self.folder / f"single{len(self.results)}",
+                                          ASSERT_TASKS, {key: variables}, _batch_env()))
+        return self.results[key]
+
+
+def _kvikio_floor_cases(batch: AssertBatch) -> Iterator[tuple[str, str, dict[str, Any], int]]:
+    """(tag, python, variables, rc) for each tag of the fixture, one Python below its floor and
+    one at it."""
+    # tests/fixtures/verify_runtime/kvikio_requires_python.txt: rapidsai/kvikio's
+    # python/kvikio/pyproject.toml at each tag (README.md beside it)
+    fixture = ROOT / "tests" / "fixtures" / "verify_runtime" / "kvikio_requires_python.txt"
+    for line in fixture.read_text().splitlines():
+        tag, _commit, spec = line.split()
+        floor = spec.removeprefix(">=")
+        kvikio = ".".join(str(int(p)) for p in tag.lstrip("v").split(".")[:2]) + ".0"
+        major, minor = (int(x) for x in floor.split("."))
+        below = batch.stub(f"{major}.{minor - 1}.9")
+        at = batch.stub(f"{floor}.0")
+        for python, rc in ((below, 2), (at, 0)):
+            yield tag, python, {**GOOD, "verify_runtime_kvikio_version": kvikio,
+                                "verify_runtime_python": python}, rc
+
+
+def _cases_of(test: str, params: dict[str, Any], batch: AssertBatch) -> list[dict[str, Any]]:
+    """The assert.yml variables a selected test will ask ``assert_run`` for."""
+    if test == "test_good_input_passes":
+        return [GOOD]
+    if test == "test_wheel_dir_source_accepts_an_existing_folder":
+        return [{**GOOD, "verify_runtime_source": "wheel_dir",
+                 "verify_runtime_wheel_dir": str(batch.wheels)}]
+    if test == "test_bad_input_is_refused_with_the_fix":
+        return [{**GOOD, **params["variables"]}]
+    if test == "test_an_interpreter_older_than_kvikio_needs_is_refused":
+        return [{**GOOD, "verify_runtime_python": batch.stub(params["version"])}]
+    if test == "test_an_interpreter_that_does_not_run_is_refused":
+        return [{**GOOD, "verify_runtime_python": batch.nopython}]
+    if test == "test_the_floor_follows_the_pinned_kvikio":
+        return [{**GOOD, "verify_runtime_kvikio_version": params["kvikio"],
+                 "verify_runtime_python": batch.stub(params["version"])}]
+    if test == "test_the_floor_matches_kvikios_own_requires_python":
+        return [variables for _tag, _python, variables, _rc in _kvikio_floor_cases(batch)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def assert_run(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> AssertBatch:
+    """One ansible-playbook over the assert.yml cases of this module's selected tests."""
+    batch = AssertBatch(tmp_path_factory.mktemp("verify_runtime_assert"))
+    cases: list[dict[str, Any]] = []
+    for item in request.session.items:
+        if isinstance(item, pytest.Function) and item.module is request.module:
+            callspec = getattr(item, "callspec", None)
+            cases += _cases_of(item.originalname, dict(callspec.params) if callspec else {},
+                               batch)
+    batch.run(cases)
+    return batch
+
+
 def test_defaults_pin_real_releases_for_both_majors() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     wheels = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__verify_runtime_wheels"]
@@ -66,15 +175,15 @@ def test_stand_in_wheels_follow_the_pins() -> None:
 GOOD = {"cuda_version": "12.9"}
 
 
-def test_good_input_passes(tmp_path: Path) -> None:
-    proc = run_assert(tmp_path, GOOD)
+def test_good_input_passes(assert_run: AssertBatch) -> None:
+    proc = assert_run(GOOD)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_wheel_dir_source_accepts_an_existing_folder(tmp_path: Path) -> None:
-    (tmp_path / "wheels").mkdir()
-    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_source": "wheel_dir",
-                                 "verify_runtime_wheel_dir": str(tmp_path / "wheels")})
+def test_wheel_dir_source_accepts_an_existing_folder(assert_run: AssertBatch) -> None:
+    assert assert_run.wheels.is_dir()
+    proc = assert_run({**GOOD, "verify_runtime_source": "wheel_dir",
+                       "verify_runtime_wheel_dir": str(assert_run.wheels)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -94,9 +203,9 @@ def test_wheel_dir_source_accepts_an_existing_folder(tmp_path: Path) -> None:
     ({"cuda_version": ""}, "Set cuda_version"),
     ({"verify_runtime_kvikio_version": "latest"}, "must be release numbers"),
 ])
-def test_bad_input_is_refused_with_the_fix(tmp_path: Path, variables: dict[str, Any],
+def test_bad_input_is_refused_with_the_fix(assert_run: AssertBatch, variables: dict[str, Any],
                                            needle: str) -> None:
-    proc = run_assert(tmp_path, {**GOOD, **variables})
+    proc = assert_run({**GOOD, **variables})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     flat = " ".join(out.split())
@@ -105,26 +214,19 @@ def test_bad_input_is_refused_with_the_fix(tmp_path: Path, variables: dict[str, 
 
 
 # -- the interpreter's version (issue 15): kvikio 26.04+ needs Python 3.11 ----------------------
-def _stub_python(tmp_path: Path, version: str) -> str:
-    """STAND-IN interpreter: prints ``version`` whatever it is asked (the role's probe asks for
-    sys.version_info)."""
-    stub = tmp_path / f"python-{version}"
-    stub.write_text(f"#!/bin/sh\necho {version}\n")
-    stub.chmod(0o755)
-    return str(stub)
-
-
 @pytest.mark.parametrize("version", ["3.10.12", "3.9.18"])
-def test_an_interpreter_older_than_kvikio_needs_is_refused(tmp_path: Path, version: str) -> None:
-    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_python": _stub_python(tmp_path, version)})
+def test_an_interpreter_older_than_kvikio_needs_is_refused(assert_run: AssertBatch,
+                                                           version: str) -> None:
+    proc = assert_run({**GOOD, "verify_runtime_python": assert_run.stub(version)})
     flat = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2, flat
     assert "nothing was changed" in flat and "needs Python >= 3.11" in flat
     assert f"is Python {version}" in flat and "Set verify_runtime_python" in flat
 
 
-def test_an_interpreter_that_does_not_run_is_refused(tmp_path: Path) -> None:
-    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_python": str(tmp_path / "nopython")})
+def test_an_interpreter_that_does_not_run_is_refused(assert_run: AssertBatch) -> None:
+    assert not Path(assert_run.nopython).exists()
+    proc = assert_run({**GOOD, "verify_runtime_python": assert_run.nopython})
     flat = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2 and "does not run on this node" in flat, flat
 
@@ -134,10 +236,10 @@ def test_an_interpreter_that_does_not_run_is_refused(tmp_path: Path) -> None:
     ("26.04.0", "3.10.12", 2),   # ">=3.11" from 26.04
     ("26.10.0", "3.11.2", 0),
 ])
-def test_the_floor_follows_the_pinned_kvikio(tmp_path: Path, kvikio: str, version: str,
+def test_the_floor_follows_the_pinned_kvikio(assert_run: AssertBatch, kvikio: str, version: str,
                                              rc: int) -> None:
-    proc = run_assert(tmp_path, {**GOOD, "verify_runtime_kvikio_version": kvikio,
-                                 "verify_runtime_python": _stub_python(tmp_path, version)})
+    proc = assert_run({**GOOD, "verify_runtime_kvikio_version": kvikio,
+                       "verify_runtime_python": assert_run.stub(version)})
     assert proc.returncode == rc, proc.stdout + proc.stderr
 
 
@@ -223,18 +325,11 @@ def test_an_installed_package_never_reaches_the_package_module(tmp_path: Path) -
         assert "skipping: [localhost]" in status[task], status[task]
 
 
-def test_the_floor_matches_kvikios_own_requires_python(tmp_path: Path) -> None:
+def test_the_floor_matches_kvikios_own_requires_python(assert_run: AssertBatch) -> None:
     # tests/fixtures/verify_runtime/kvikio_requires_python.txt: rapidsai/kvikio's
     # python/kvikio/pyproject.toml at each tag (README.md beside it)
-    fixture = ROOT / "tests" / "fixtures" / "verify_runtime" / "kvikio_requires_python.txt"
-    for line in fixture.read_text().splitlines():
-        tag, _commit, spec = line.split()
-        floor = spec.removeprefix(">=")
-        kvikio = ".".join(str(int(p)) for p in tag.lstrip("v").split(".")[:2]) + ".0"
-        major, minor = (int(x) for x in floor.split("."))
-        below = _stub_python(tmp_path, f"{major}.{minor - 1}.9")
-        at = _stub_python(tmp_path, f"{floor}.0")
-        for python, rc in ((below, 2), (at, 0)):
-            proc = run_assert(tmp_path, {**GOOD, "verify_runtime_kvikio_version": kvikio,
-                                         "verify_runtime_python": python})
-            assert proc.returncode == rc, (tag, python, proc.stdout)
+    cases = list(_kvikio_floor_cases(assert_run))
+    assert len(cases) >= 6  # three tags of the fixture, each below and at its floor
+    for tag, python, variables, rc in cases:
+        proc = assert_run(variables)
+        assert proc.returncode == rc, (tag, python, proc.stdout)

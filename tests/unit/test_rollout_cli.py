@@ -253,16 +253,31 @@ def test_secret_extra_vars_never_reach_the_ledger(lab: dict[str, Path]) -> None:
     assert "vault_password=<redacted>" in run["args"]["extra_var"]
 
 
+def _deadline_for_a_started_playbook(lab: dict[str, Path]) -> int:
+    """Seconds of --playbook-timeout that leave ansible-playbook time to start and reach its
+    first task here and now: 5 times what a syntax check of the same playbook takes (its start
+    and parse, the part a deadline must not cut), at least 10 s, at most the 30 s this test
+    used to pass whatever the load (a fixed 30 s made the test wait 30 s on idle cores)."""
+    t0 = time.monotonic()
+    subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "--syntax-check",
+                    "-i", str(lab["inv"]), str(lab["pb"])], capture_output=True, text=True,
+                   timeout=180, check=True)
+    return min(30, max(10, round(5 * (time.monotonic() - t0))))
+
+
 def test_a_playbook_cut_by_its_deadline_leaves_the_canary_lost_and_resumable(
         lab: dict[str, Path]) -> None:
     """--playbook-timeout stops the canary's playbook mid-task: its stream ends without
     stats, so the canary is lost (not failed, not provisioned), nothing else is touched, the
     run stays open; the same command redoes it. (Before: the canary 'failed' as a playbook
-    that "did not run", the run closed 'aborted'.) ~40 s: the deadline must leave
-    ansible-playbook time to start on 2 loaded cores."""
+    that "did not run", the run closed 'aborted'.) The deadline must leave ansible-playbook
+    time to start and reach the task (cut before its first event, the playbook "did not run"):
+    it is sized from this machine's load at the time, see _deadline_for_a_started_playbook
+    (about 10 s on idle cores, 30 s or more on loaded ones)."""
     out = lab["tmp"] / "r.json"
-    rc = main(_args(lab, "--waves", "1,100%", "-e", "wait_s=600", "--playbook-timeout", "30",
-                    "--json", str(out)))
+    deadline = _deadline_for_a_started_playbook(lab)
+    rc = main(_args(lab, "--waves", "1,100%", "-e", "wait_s=600", "--playbook-timeout",
+                    str(deadline), "--json", str(out)))
     assert rc == Exit.ABORTED
     doc = json.loads(out.read_text())
     assert doc["status"] == "lost"

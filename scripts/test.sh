@@ -33,6 +33,10 @@ export ANSIBLE_COLLECTIONS_PATH="$PWD/.lab/collections"
 
 if [ "$fast" = 1 ]; then
   bash scripts/setup.sh --python-only
+  # the rollout CLI refuses before anything runs when gdsfleet.gds is not installed where
+  # ANSIBLE_COLLECTIONS_PATH points: build it from this checkout (a few seconds)
+  bash scripts/install_collection.sh >/dev/null
+  export GDSFLEET_COLLECTION_INSTALLED="$PWD"
   echo "== ruff"; ruff check provisioner plugins tests bench
   echo "== mypy"; mypy
   echo "== pytest (no containers)"

@@ -336,6 +336,29 @@ class SimNode:
                 raise TimeoutError(f"{self.name} did not come back from reboot")
         self.wait_ready(timeout)
 
+    def ansible_host_vars(self) -> dict[str, Any]:
+        """Inventory variables that reach this node as Ansible reaches a real one: SSH to its
+        loopback sshd (start the node with ``ssh=True``) as root with the harness key, the host
+        key checked strictly against the node's own known_hosts, and pipelining on.
+
+        SSH with pipelining sends a task's module through the open (ControlMaster) connection
+        on ssh's stdin: one ssh session per task. Ansible's podman connection has no pipelining
+        and spends several ``podman exec`` / ``podman cp`` processes on every task, which is
+        what made the container tests CPU-bound on small CI machines (docs/testing.md).
+        The simulated reboot keeps the host key (/etc/ssh of the same container) and
+        :meth:`reboot` waits for sshd's banner, so a connection after a reboot is checked
+        against the same known_hosts line."""
+        if self.ssh_port is None or self.key_file is None or self.known_hosts is None:
+            raise RuntimeError(f"{self.name} was started without sshd: ask the sim_node "
+                               "fixture for it with ssh=True")
+        return {"ansible_connection": "ssh", "ansible_host": "127.0.0.1",
+                "ansible_port": self.ssh_port, "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(self.key_file),
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts} "
+                                           "-o StrictHostKeyChecking=yes",
+                "ansible_ssh_pipelining": True,
+                "ansible_python_interpreter": "/usr/bin/python3"}
+
     def install_repo(self, repo: StandinRepo, *, doca: bool = True) -> None:
         """Point the node's APT at the stand-in repository (signed-by keys), apt-get update."""
         lines = [f"deb [signed-by=/etc/apt/keyrings/gdsfleet-test-cuda.asc] {repo.cuda_url} /"]

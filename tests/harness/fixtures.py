@@ -41,9 +41,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,6 +338,29 @@ class SimNode:
                 raise TimeoutError(f"{self.name} did not come back from reboot")
         self.wait_ready(timeout)
 
+    def ansible_host_vars(self) -> dict[str, Any]:
+        """Inventory variables that reach this node as Ansible reaches a real one: SSH to its
+        loopback sshd (start the node with ``ssh=True``) as root with the harness key, the host
+        key checked strictly against the node's own known_hosts, and pipelining on.
+
+        SSH with pipelining sends a task's module through the open (ControlMaster) connection
+        on ssh's stdin: one ssh session per task. Ansible's podman connection has no pipelining
+        and spends several ``podman exec`` / ``podman cp`` processes on every task, which is
+        what made the container tests CPU-bound on small CI machines (docs/testing.md).
+        The simulated reboot keeps the host key (/etc/ssh of the same container) and
+        :meth:`reboot` waits for sshd's banner, so a connection after a reboot is checked
+        against the same known_hosts line."""
+        if self.ssh_port is None or self.key_file is None or self.known_hosts is None:
+            raise RuntimeError(f"{self.name} was started without sshd: ask the sim_node "
+                               "fixture for it with ssh=True")
+        return {"ansible_connection": "ssh", "ansible_host": "127.0.0.1",
+                "ansible_port": self.ssh_port, "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(self.key_file),
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={self.known_hosts} "
+                                           "-o StrictHostKeyChecking=yes",
+                "ansible_ssh_pipelining": True,
+                "ansible_python_interpreter": "/usr/bin/python3"}
+
     def install_repo(self, repo: StandinRepo, *, doca: bool = True) -> None:
         """Point the node's APT at the stand-in repository (signed-by keys), apt-get update."""
         lines = [f"deb [signed-by=/etc/apt/keyrings/gdsfleet-test-cuda.asc] {repo.cuda_url} /"]
@@ -358,10 +383,14 @@ class SimNode:
     def install_verify_runtime(self, repo: StandinRepo, **role_vars: Any
                                ) -> subprocess.CompletedProcess[str]:
         """Install the verification runtime (kvikio + cupy) as a rollout does: the role
-        gdsfleet.gds.verify_runtime of this checkout, run against the node over Ansible's podman
-        connection; python3-venv from the stand-in distribution archive, the stand-in wheels
-        from the stand-in package index."""
+        gdsfleet.gds.verify_runtime of this checkout, run against the node over SSH with
+        pipelining when the node runs sshd (``ssh=True``, :meth:`ansible_host_vars`), else over
+        Ansible's podman connection; python3-venv from the stand-in distribution archive, the
+        stand-in wheels from the stand-in package index."""
         labmod.configure_distro_archive(self.name, repo.base_url)
+        if self.ssh_port is not None:
+            return run_verify_runtime_role({self.name: self.ansible_host_vars()}, repo,
+                                           **role_vars)
         return run_verify_runtime_role(f"{self.name},", repo, connection="containers.podman.podman",
                                        **role_vars)
 
@@ -370,11 +399,13 @@ class SimNode:
                          "--no-install-recommends " + " ".join(packages), check=check)
 
 
-def run_verify_runtime_role(inventory: str, repo: StandinRepo, *, connection: str | None = None,
-                            limit: str | None = None, **role_vars: Any
-                            ) -> subprocess.CompletedProcess[str]:
+def run_verify_runtime_role(inventory: str | Mapping[str, Mapping[str, Any]], repo: StandinRepo,
+                            *, connection: str | None = None, limit: str | None = None,
+                            **role_vars: Any) -> subprocess.CompletedProcess[str]:
     """Run the role gdsfleet.gds.verify_runtime (from roles/ of this checkout) on the nodes of
-    ``inventory`` with the stand-in package index of ``repo``; raises when the play fails."""
+    ``inventory`` (an inventory source, or {host: variables}) with the stand-in package index
+    of ``repo``; raises when the play fails. Pipelining is on: SSH nodes get a task's module
+    through the open connection (the podman connection has none and ignores it)."""
     import json
     import tempfile
 
@@ -389,6 +420,11 @@ def run_verify_runtime_role(inventory: str, repo: StandinRepo, *, connection: st
         play.write_text("- hosts: all\n  gather_facts: false\n  roles:\n    - verify_runtime\n")
         extra = Path(tmp) / "vars.json"
         extra.write_text(json.dumps(variables))
+        if not isinstance(inventory, str):
+            hosts = Path(tmp) / "hosts.json"
+            hosts.write_text(json.dumps({"all": {"hosts": {k: dict(v)
+                                                           for k, v in inventory.items()}}}))
+            inventory = str(hosts)
         cmd = [str(labmod.ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", inventory,
                str(play), "-e", f"@{extra}"]
         if connection:
@@ -397,7 +433,7 @@ def run_verify_runtime_role(inventory: str, repo: StandinRepo, *, connection: st
             cmd += ["--limit", limit]
         env = labmod.podman_env()
         env.update(ANSIBLE_ROLES_PATH=str(labmod.ROOT / "roles"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_HOST_KEY_CHECKING="True")
+                   ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_PIPELINING="1")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600,
                               check=False)
     if proc.returncode != 0:
@@ -406,22 +442,43 @@ def run_verify_runtime_role(inventory: str, repo: StandinRepo, *, connection: st
     return proc
 
 
+def on_each(nodes: Iterable[SimNode], action: Callable[[SimNode], Any]) -> list[Any]:
+    """``action(node)`` for every node at once (threads: the work is in the node, the caller
+    waits on podman exec or apt), results in the nodes' order; the first error is raised."""
+    todo = list(nodes)
+    with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:
+        return list(pool.map(action, todo))
+
+
 class SimNodeFactory:
     def __init__(self, scope_tag: str) -> None:
         self.scope_tag = scope_tag
         self.nodes: list[SimNode] = []
         self.reserved: list[int] = []
         self.count = 0
+        self._lock = threading.Lock()
+
+    def many(self, specs: Mapping[str, Mapping[str, Any]]) -> dict[str, SimNode]:
+        """Start several nodes at once (threads; each start is mostly waiting on podman and
+        the node's boot): {key: keyword arguments of a single call} -> {key: node}. The nodes
+        are the same as those of one call each; all are cleaned up with the factory."""
+        _need_podman()
+        labmod.ensure_image()
+        with ThreadPoolExecutor(max_workers=max(1, len(specs))) as pool:
+            futures = {key: pool.submit(lambda kw: self(**kw), dict(kw))
+                       for key, kw in specs.items()}
+            return {key: f.result() for key, f in futures.items()}
 
     def __call__(self, profile: str = "nvfs", env: Mapping[str, str] | None = None, *,
                  ssh: bool | int = False, nvme: bool = False, loop_size: str = "512M",
                  name: str | None = None, nvmeof: bool = False) -> SimNode:
         _need_podman()
         labmod.ensure_image()
-        self.count += 1
-        node = SimNode(name or f"gdsfleet-hx-{TOKEN}-{self.scope_tag}-{self.count}", profile,
-                       dict(env or {}))
-        self.nodes.append(node)
+        with self._lock:  # many() starts nodes from threads
+            self.count += 1
+            node = SimNode(name or f"gdsfleet-hx-{TOKEN}-{self.scope_tag}-{self.count}",
+                           profile, dict(env or {}))
+            self.nodes.append(node)
         cmd = ["podman", "run", "-d", "--privileged", "--network", "host", "--restart", "always",
                "--name", node.name, "--hostname", node.name,
                "--label", f"{labmod.LABEL}=fixtures#{TOKEN}",
@@ -434,7 +491,8 @@ class SimNodeFactory:
                 node.ssh_port = ssh
             else:
                 node.ssh_port = free_port()
-                self.reserved.append(node.ssh_port)
+                with self._lock:
+                    self.reserved.append(node.ssh_port)
             node.key_file = labmod.ensure_ssh_key()
             pub = Path(str(node.key_file) + ".pub").read_text().strip()
             cmd += ["-e", f"GDSFLEET_SSH_PORT={node.ssh_port}",

@@ -31,14 +31,10 @@ class Node:
     def __init__(self, sim: Any, workdir: Path) -> None:
         self.sim = sim
         self.workdir = workdir
-        self.inventory = workdir / "hosts.ini"
+        self.inventory = workdir / "hosts.json"
         # SSH on a loopback port with pipelining: several times faster than `podman exec`.
         self.inventory.write_text(
-            f"{sim.name} ansible_host=127.0.0.1 ansible_port={sim.ssh_port} ansible_user=root "
-            f"ansible_ssh_private_key_file={sim.key_file} "
-            f"ansible_ssh_common_args='-o UserKnownHostsFile={sim.known_hosts} "
-            "-o StrictHostKeyChecking=yes' ansible_python_interpreter=/usr/bin/python3\n"
-        )
+            json.dumps({"all": {"hosts": {sim.name: sim.ansible_host_vars()}}}))
 
     def sh(self, command: str, check: bool = True) -> str:
         return str(self.sim.exec(command, check=check).stdout)
@@ -56,7 +52,7 @@ class Node:
         if check_mode:
             cmd += ["--check", "--diff"]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False,
-                              env=ansible_env(ANSIBLE_PIPELINING="1"))
+                              env=ansible_env())
 
     def sha(self, path: str) -> str:
         return self.sh(f"sha256sum {path} | cut -d' ' -f1").strip()

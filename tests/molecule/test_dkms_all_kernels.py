@@ -64,9 +64,8 @@ def boot_kernel_check(node: Any) -> CheckResult:
 def play(tmp: Path, node: Any, repo: Any) -> tuple[int, dict[str, Any], str]:
     (tmp / "site.yml").write_text(PLAYBOOK)
     (tmp / "hosts.json").write_text(json.dumps({"all": {"children": {"gpu_nodes": {
-        "hosts": {node.name: {"ansible_host": node.name}},
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3", "mofed_flavor": "doca",
+        "hosts": {node.name: node.ansible_host_vars()},
+        "vars": {"mofed_flavor": "doca",
                  "cuda_version": "12.9", "cuda_nvidia_fs_version": "2.25.7",
                  **repo.group_vars()},
     }}}}))
@@ -88,7 +87,7 @@ def task_result(report: dict[str, Any], name: str) -> dict[str, Any]:
 def test_nvidia_fs_is_built_for_the_next_boot_kernel(
     sim_node: Callable[..., Any], standin_repo: Any, installed_collection: Path, tmp_path: Path
 ) -> None:
-    node = sim_node("nvfs")
+    node = sim_node("nvfs", ssh=True)
     kernel = node.exec("uname -r").stdout.strip()
     node.install_repo(standin_repo, doca=False)
     nxt = node.exec("apt-cache pkgnames linux-image- | sort | tail -n 1").stdout.strip()

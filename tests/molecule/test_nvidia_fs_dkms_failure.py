@@ -35,18 +35,14 @@ def test_dkms_build_failure_is_explained(
     kernel = node.exec("uname -r").stdout.strip()
     (tmp_path / "site.yml").write_text(PLAYBOOK)
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {"gpu_nodes": {
-        "hosts": {node.name: {
-            "ansible_host": "127.0.0.1", "ansible_port": node.ssh_port, "ansible_user": "root",
-            "ansible_ssh_private_key_file": str(node.key_file),
-            "ansible_ssh_common_args": f"-o UserKnownHostsFile={node.known_hosts}",
-        }},
-        "vars": {"ansible_python_interpreter": "/usr/bin/python3", "mofed_flavor": "none",
+        "hosts": {node.name: node.ansible_host_vars()},
+        "vars": {"mofed_flavor": "none",
                  **standin_repo.group_vars()},
     }}}}))
     proc = subprocess.run(
         [str(VENV_BIN / "ansible-playbook"), "-i", "hosts.yml", "site.yml"],
         cwd=tmp_path,
-        env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_PIPELINING="1"),
+        env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
         capture_output=True,
         text=True,
         timeout=600,

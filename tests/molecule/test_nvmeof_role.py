@@ -11,7 +11,7 @@ through discovery.conf, whose `nvme connect-all` would also connect every other 
 port exposes (the simulated array offers a second one); its fstab entry carries _netdev.
 
 One simulated node (sim_node, nvme=True for a local drive, nvmeof=True for the target's
-namespace), reached through podman exec.
+namespace), reached by Ansible over SSH with pipelining (SimNode.ansible_host_vars).
 """
 
 from __future__ import annotations
@@ -41,13 +41,11 @@ pytestmark = pytest.mark.container
 @pytest.fixture(scope="module")
 def play(module_sim_node: Callable[..., Any], installed_collection: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
-    node = module_sim_node("nvfs", nvme=True, nvmeof=True)
+    node = module_sim_node("nvfs", nvme=True, nvmeof=True, ssh=True)
     tmp = tmp_path_factory.mktemp("nvmeof")
     inventory = tmp / "hosts.json"
     inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
-        "hosts": {node.name: {"ansible_host": node.name}},
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3"},
+        "hosts": {node.name: node.ansible_host_vars()},
     }}}}))
 
     def run(variables: dict[str, Any], roles: tuple[str, ...] = ("gdsfleet.gds.nvmeof",), *,

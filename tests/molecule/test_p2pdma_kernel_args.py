@@ -10,8 +10,9 @@ the command line - tests/fixtures/kmod/), on simulated p2pdma nodes:
   (SIM_KERNEL_CMDLINE, as firmware or PXE would add it): after the recorded reboot nothing
   changed, so the role fails with the reason and records no second reboot, and verify fails.
 
-Simulated nodes (tests/harness sim_node, profile p2pdma), reached through podman exec; the
-reboot is the harness's (what playbooks/reboot.yml does: reboot, then clear the flag).
+Simulated nodes (tests/harness sim_node, profile p2pdma), reached by Ansible over SSH with
+pipelining (SimNode.ansible_host_vars); the reboot is the harness's (what playbooks/reboot.yml
+does: reboot, then clear the flag), after which sshd is back with the same host key.
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ FLAG = "/var/lib/gdsfleet/reboot-required"
 def _runner(node: Any, tmp: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     inventory = tmp / "hosts.json"
     inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
-        "hosts": {node.name: {"ansible_host": node.name}},
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3", "gds_route": "p2pdma"},
+        "hosts": {node.name: node.ansible_host_vars()},
+        "vars": {"gds_route": "p2pdma"},
     }}}}))
     book = tmp / "p2pdma.yml"
     book.write_text(json.dumps([{"hosts": "gpu_nodes", "become": True, "gather_facts": True,
@@ -88,7 +88,7 @@ def _grub_calls(node: Any) -> int:
 
 def test_command_line_override_gets_the_grub_argument(
         sim_node: Callable[..., Any], installed_collection: Path, tmp_path: Path) -> None:
-    node = sim_node("p2pdma")
+    node = sim_node("p2pdma", ssh=True)
     # the operator's GRUB puts nvme_core.multipath=Y on the command line; booted with it
     node.exec("mkdir -p /etc/default && printf '%s\\n' 'GRUB_DEFAULT=0' "
               "'GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"' "
@@ -123,7 +123,7 @@ def test_command_line_override_gets_the_grub_argument(
 
 def test_builtin_nvme_core_takes_the_kernel_argument_path(
         sim_node: Callable[..., Any], installed_collection: Path, tmp_path: Path) -> None:
-    node = sim_node("p2pdma", env={"SIM_NVME_CORE_BUILTIN": "1"})
+    node = sim_node("p2pdma", env={"SIM_NVME_CORE_BUILTIN": "1"}, ssh=True)
     assert _multipath(node) == "Y"
     conf = _modprobe_config(node)
     assert conf.status == "fail" and "built into the kernel" in conf.message
@@ -139,7 +139,8 @@ def test_builtin_nvme_core_takes_the_kernel_argument_path(
 
 def test_reboot_that_did_not_take_fails_with_the_reason_and_no_second_reboot(
         sim_node: Callable[..., Any], installed_collection: Path, tmp_path: Path) -> None:
-    node = sim_node("p2pdma", env={"SIM_KERNEL_CMDLINE": "nvme_core.multipath=Y"})
+    node = sim_node("p2pdma", env={"SIM_KERNEL_CMDLINE": "nvme_core.multipath=Y"},
+                    ssh=True)
     run = _runner(node, tmp_path)
     first = run()
     assert first.returncode == 0, first.stdout[-4000:]

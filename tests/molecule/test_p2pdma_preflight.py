@@ -4,7 +4,8 @@ NVreg_RegistryDwords): preflight alone refuses it, since nothing in that play wr
 through playbooks/preflight.yml (which checks on site.yml's behalf), it passes. A check-mode
 run of preflight + p2pdma changes nothing on the node.
 
-One simulated node (tests/harness sim_node, profile p2pdma), reached through podman exec.
+One simulated node (tests/harness sim_node, profile p2pdma), reached over SSH with pipelining
+(SimNode.ansible_host_vars).
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ OWN = "/etc/modprobe.d/zz-gdsfleet-p2pdma.conf"
 @pytest.fixture(scope="module")
 def play(module_sim_node: Callable[..., Any], installed_collection: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
-    node = module_sim_node("p2pdma")
+    node = module_sim_node("p2pdma", ssh=True)
     tmp = tmp_path_factory.mktemp("p2pdma-preflight")
     inventory = tmp / "hosts.json"
     inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
-        "hosts": {node.name: {"ansible_host": node.name}},
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3", "gds_route": "p2pdma"},
+        "hosts": {node.name: node.ansible_host_vars()},
+        "vars": {"gds_route": "p2pdma"},
     }}}}))
 
     def run(roles: list[str] | str, *, check: bool = False) -> subprocess.CompletedProcess[str]:

@@ -23,12 +23,15 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gds_collection import ROOT, VENV_BIN, ansible_env
 from test_preflight_refusals import CHANGED_FILES, MARKER, PACKAGES
+
+from tests.harness.fixtures import SimNode, SimNodeFactory, on_each
 
 pytestmark = pytest.mark.container
 
@@ -62,58 +65,84 @@ def _run(inventory: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
 
 def _inventory(path: Path, nodes: dict[str, Any], repo: Any) -> Path:
     path.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
-        "hosts": {node.name: {"ansible_host": node.name} for node in nodes.values()},
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3",
-                 "mofed_flavor": "none", **repo.group_vars()},
+        "hosts": {node.name: node.ansible_host_vars() for node in nodes.values()},
+        "vars": {"mofed_flavor": "none", **repo.group_vars()},
     }}}}))
     return path
 
 
 @pytest.fixture(scope="module")
 def runs(
-    module_sim_node: Callable[..., Any],
+    module_sim_node: SimNodeFactory,
     standin_repo: Any,
     installed_collection: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
-    nodes = {
-        "provider_kernel": module_sim_node(
-            "nvfs", {"SIM_DISTRO_KERNEL": "0", "SIM_DRIVER_SOURCES": "0"}),
-        "no_headers_in_repo": module_sim_node("nvfs"),
-        "no_driver_sources": module_sim_node("nvfs", {"SIM_DRIVER_SOURCES": "0"}),
-    }
-    # The control node runs in the --check run (quicker than a real rollout): it has python3-apt
-    # (the node image has it), headers and driver sources, so no preflight check may refuse it.
-    check_nodes = {"check_without_python3_apt": module_sim_node("nvfs"),
-                   "control": module_sim_node("nvfs"),
-                   "headers_in_repo": module_sim_node("nvfs")}
+    # started at once (threads): each start waits on podman and the node's boot
+    everyone = module_sim_node.many({
+        "provider_kernel": {"profile": "nvfs", "ssh": True,
+                            "env": {"SIM_DISTRO_KERNEL": "0", "SIM_DRIVER_SOURCES": "0"}},
+        "no_headers_in_repo": {"profile": "nvfs", "ssh": True},
+        "no_driver_sources": {"profile": "nvfs", "ssh": True,
+                              "env": {"SIM_DRIVER_SOURCES": "0"}},
+        # The control node runs in the --check run (quicker than a real rollout): it has
+        # python3-apt (the node image has it), headers and driver sources, so no preflight
+        # check may refuse it.
+        "check_without_python3_apt": {"profile": "nvfs", "ssh": True},
+        "control": {"profile": "nvfs", "ssh": True},
+        "headers_in_repo": {"profile": "nvfs", "ssh": True},
+    })
+    nodes = {k: everyone[k] for k in ("provider_kernel", "no_headers_in_repo",
+                                      "no_driver_sources")}
+    check_nodes = {k: everyone[k] for k in ("check_without_python3_apt", "control",
+                                            "headers_in_repo")}
     kernel = check_nodes["control"].exec("uname -r").stdout.strip()
-    # APT knows one repository, and it has no kernel headers (the stand-in DOCA repository).
-    nodes["no_headers_in_repo"].install_repo(standin_repo, doca=True)
-    nodes["no_headers_in_repo"].exec(
-        "sed -i '/cuda/d' /etc/apt/sources.list.d/gdsfleet-test.list && "
-        "rm -rf /var/lib/apt/lists/* && apt-get update -qq")
-    # Headers as the distribution archive would provide them (TEST HARNESS, like
-    # molecule/gds_nvfs/prepare.yml); the sources list is removed again afterwards.
-    for node in (nodes["no_driver_sources"], check_nodes["control"]):
+
+    def no_headers_in_repo(node: SimNode) -> None:
+        # APT knows one repository, and it has no kernel headers (the stand-in DOCA one).
+        node.install_repo(standin_repo, doca=True)
+        node.exec("sed -i '/cuda/d' /etc/apt/sources.list.d/gdsfleet-test.list && "
+                  "rm -rf /var/lib/apt/lists/* && apt-get update -qq")
+
+    def headers_installed(node: SimNode) -> None:
+        # Headers as the distribution archive would provide them (TEST HARNESS, like
+        # molecule/gds_nvfs/prepare.yml); the sources list is removed again afterwards.
         node.install_repo(standin_repo, doca=False)
         node.apt_install("dkms", f"linux-headers-{kernel}")
         node.exec("rm -f /etc/apt/sources.list.d/gdsfleet-test.list && "
                   "rm -rf /var/lib/apt/lists/*")
-    # Headers not installed, but APT's repository (the stand-in CUDA one) offers them: the
-    # roles will install them, so preflight must let the node through.
-    check_nodes["headers_in_repo"].install_repo(standin_repo, doca=False)
-    check_nodes["check_without_python3_apt"].exec(
-        "DEBIAN_FRONTEND=noninteractive dpkg --purge python3-apt >/dev/null")
-    everyone = {**nodes, **check_nodes}
-    before = {key: node.exec(PACKAGES).stdout for key, node in everyone.items()}
-    for node in everyone.values():
+
+    def headers_in_repo(node: SimNode) -> None:
+        # Headers not installed, but APT's repository (the stand-in CUDA one) offers them: the
+        # roles will install them, so preflight must let the node through.
+        node.install_repo(standin_repo, doca=False)
+
+    def no_python3_apt(node: SimNode) -> None:
+        node.exec("DEBIAN_FRONTEND=noninteractive dpkg --purge python3-apt >/dev/null")
+
+    prepare: dict[str, Callable[[SimNode], None]] = {
+        "no_headers_in_repo": no_headers_in_repo, "no_driver_sources": headers_installed,
+        "control": headers_installed, "headers_in_repo": headers_in_repo,
+        "check_without_python3_apt": no_python3_apt}
+    # each node's preparation is its own (its own apt, its own files): all at once
+    with ThreadPoolExecutor(max_workers=len(prepare)) as pool:
+        for done in [pool.submit(step, everyone[k]) for k, step in prepare.items()]:
+            done.result()
+
+    def mark(node: SimNode) -> str:
+        packages = node.exec(PACKAGES).stdout
         node.exec(f"sleep 1; touch {MARKER}")
+        return str(packages)
+
+    before = dict(zip(everyone, on_each(everyone.values(), mark), strict=True))
     tmp = tmp_path_factory.mktemp("build-refusals")
-    rc, report, stderr = _run(_inventory(tmp / "hosts.json", nodes, standin_repo))
-    check_rc, check_report, check_stderr = _run(
-        _inventory(tmp / "check.json", check_nodes, standin_repo), "--check")
+    # the two runs touch disjoint nodes: side by side
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        main_run = pool.submit(_run, _inventory(tmp / "hosts.json", nodes, standin_repo))
+        check_run = pool.submit(
+            _run, _inventory(tmp / "check.json", check_nodes, standin_repo), "--check")
+        rc, report, stderr = main_run.result()
+        check_rc, check_report, check_stderr = check_run.result()
     results = {**_results(report), **_results(check_report)}
     yield {
         "rc": rc, "check_rc": check_rc, "stderr": stderr + check_stderr, "kernel": kernel,

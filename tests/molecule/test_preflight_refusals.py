@@ -1,7 +1,7 @@
 """playbooks/site.yml (run as gdsfleet.gds.site from the built collection) refuses unfit
 nodes in the preflight role, before any change, and says what to fix.
 
-Six simulated nodes (podman connection, one ansible-playbook run over all, JSON callback): an
+Six simulated nodes (SSH with pipelining, one ansible-playbook run over all, JSON callback): an
 unsupported OS (the node's /etc/os-release rewritten to Ubuntu 20.04), the proprietary GPU
 driver (profile `proprietary`), no GPU driver at all (profile `nogpu`), Secure Boot on with the
 nvfs route's unsigned DKMS modules (profile `iommu`), and the p2pdma route asked of a kernel
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gds_collection import ROOT, VENV_BIN, ansible_env
+
+from tests.harness.fixtures import SimNode, SimNodeFactory, on_each
 
 pytestmark = pytest.mark.container
 
@@ -92,41 +94,42 @@ def _failures(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def refused(
-    module_sim_node: Callable[..., Any],
+    module_sim_node: SimNodeFactory,
     standin_repo: Any,
     installed_collection: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
-    nodes = {
-        "ubuntu2004": module_sim_node("nvfs"),
-        "proprietary": module_sim_node("proprietary"),
-        "nogpu": module_sim_node("nogpu"),
-        "secureboot": module_sim_node("iommu"),
-        "nop2pdma": module_sim_node("nvfs"),
-        "iommu": module_sim_node("iommu"),
-    }
+    # started at once (threads): each start waits on podman and the node's boot
+    nodes = module_sim_node.many({
+        "ubuntu2004": {"profile": "nvfs", "ssh": True},
+        "proprietary": {"profile": "proprietary", "ssh": True},
+        "nogpu": {"profile": "nogpu", "ssh": True},
+        "secureboot": {"profile": "iommu", "ssh": True},
+        "nop2pdma": {"profile": "nvfs", "ssh": True},
+        "iommu": {"profile": "iommu", "ssh": True},
+    })
     nodes["ubuntu2004"].exec(
         "rm -f /etc/os-release && cat > /etc/os-release <<'EOF'\n" + UBUNTU_2004 + "EOF\n"
         "printf 'DISTRIB_ID=Ubuntu\\nDISTRIB_RELEASE=20.04\\nDISTRIB_CODENAME=focal\\n' "
         "> /etc/lsb-release"
     )
-    before = {}
-    for key, node in nodes.items():
-        before[key] = node.exec(PACKAGES).stdout
+    def mark(node: SimNode) -> str:
+        packages = node.exec(PACKAGES).stdout
         node.exec(f"sleep 1; touch {MARKER}")
+        return str(packages)
+
+    before = dict(zip(nodes, on_each(nodes.values(), mark), strict=True))
     tmp = tmp_path_factory.mktemp("refusals")
     inventory = tmp / "hosts.yml"
-    hosts: dict[str, dict[str, str]] = {
-        node.name: {"ansible_host": node.name} for node in nodes.values()
+    hosts: dict[str, dict[str, Any]] = {
+        node.name: node.ansible_host_vars() for node in nodes.values()
     }
     hosts[nodes["nop2pdma"].name]["gds_route"] = "p2pdma"
     hosts[nodes["iommu"].name].update(
         preflight_allow_secure_boot="true", preflight_iommu_policy="fail")
     inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {
         "hosts": hosts,
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3",
-                 **standin_repo.group_vars()},
+        "vars": {**standin_repo.group_vars()},
     }}}}))
     proc = subprocess.run(
         [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "gdsfleet.gds.site"],

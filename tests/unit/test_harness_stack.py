@@ -45,7 +45,7 @@ def counters(text: str) -> dict[str, dict[str, int]]:
 
 @pytest.fixture(scope="module")
 def node(module_sim_node, standin_repo):
-    n = module_sim_node("nvfs", nvme=True)
+    n = module_sim_node("nvfs", nvme=True, ssh=True)
     n.install_repo(standin_repo)
     n.apt_install("dkms", "linux-headers-$(uname -r)", "doca-ofed", "mlnx-nvme-dkms",
                   "nvidia-gds-12-9", "cuda-toolkit-12-9")
@@ -200,7 +200,7 @@ def test_p2pdma_route_needs_its_module_options_in_effect(module_sim_node, standi
     """Like a real x86 node: no P2PDMA until multipath=N and the RegistryDwords keys are in
     effect (written to modprobe.d, then a reboot); block.nvme.use_pci_p2pdma may be absent
     (NVIDIA's P2PDMA guide sets only the properties key) but not false."""
-    n = module_sim_node("p2pdma", nvme=True)
+    n = module_sim_node("p2pdma", nvme=True, ssh=True)
     n.install_repo(standin_repo, doca=False)
     n.apt_install("libcufile-12-9", "gds-tools-12-9")
     n.install_verify_runtime(standin_repo)

@@ -64,7 +64,7 @@ def set_allow_compat(node: SimNode, value: bool) -> None:
 @pytest.fixture(scope="module")
 def nvfs_node(module_sim_node: Callable[..., SimNode],
               standin_repo: StandinRepo) -> Iterator[SimNode]:
-    node = module_sim_node("nvfs", nvme=True)
+    node = module_sim_node("nvfs", nvme=True, ssh=True)
     node.install_repo(standin_repo)
     node.apt_install("dkms", "linux-headers-$(uname -r)", "doca-ofed", "mlnx-nvme-dkms",
                      "nvidia-gds-12-9")
@@ -135,7 +135,7 @@ def test_nvfs_node_with_compat_allowed_fails_the_cufile_check(nvfs_node: SimNode
 
 def test_p2pdma_node_is_compliant_without_nvidia_fs(module_sim_node: Callable[..., SimNode],
                                                     standin_repo: StandinRepo) -> None:
-    node = module_sim_node("p2pdma", nvme=True)
+    node = module_sim_node("p2pdma", nvme=True, ssh=True)
     node.install_repo(standin_repo, doca=False)
     node.apt_install("nvidia-gds-12-9")
     node.install_verify_runtime(standin_repo)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from gds_collection import ROOT, VENV_BIN, ansible_env
 
+from provisioner.remote import load_script
 from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.policy import Policy
@@ -70,7 +71,7 @@ def _multipath(node: Any) -> str:
 
 def _modprobe_config(node: Any) -> Any:
     """gather.py on the node -> facts -> verify's p2pdma.modprobe_config."""
-    script = (ROOT / "provisioner" / "remote" / "gather.py").read_text()
+    script = load_script("gather.py").decode()  # as verify sends it: bundled
     proc = subprocess.run(["podman", "exec", "-i", node.name, "python3", "-"], input=script,
                           capture_output=True, text=True, timeout=300, check=True)
     facts = build_facts(json.loads(proc.stdout))

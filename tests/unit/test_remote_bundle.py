@@ -231,3 +231,18 @@ def test_every_reader_uses_the_one_stripper() -> None:
     for strip in (cufile_filter.strip_json_comments, cufile_parser.strip_comments,
                   iotest._cufile_json.strip_comments):
         assert json.loads(strip(text)) == want
+
+
+def test_no_test_or_script_sends_a_node_side_script_unbundled() -> None:
+    """A raw provisioner/remote/<script> cannot run on a node alone (its shared parsers are
+    bundled in at send time): tests and scripts send ``load_script(name)``, as verify does."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    raw = re.compile(r"""["']remote["']\s*/\s*["'](gather|iotest|gdsio)\.py["']\s*\)\s*\.read_""")
+    found = [f"{path.relative_to(root)}:{n}"
+             for base in ("tests", "scripts", "bench")
+             for path in (root / base).rglob("*.py")
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+             if raw.search(line)]
+    assert not found, f"send load_script(name) instead of the raw file: {found}"

@@ -25,8 +25,10 @@ want=$(cat requirements/ci.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "== python: creating .venv from requirements/ci.txt"
   python3 -m venv .venv
+  # --no-compile: no byte-compiling of every file of every package up front (the ansible
+  # package alone holds tens of thousands); Python compiles what is imported, when it is
   log=$(mktemp)
-  if ! { .venv/bin/pip install -r requirements/ci.txt && .venv/bin/pip install --no-deps -e .; } >"$log" 2>&1; then
+  if ! { .venv/bin/pip install --no-compile -r requirements/ci.txt && .venv/bin/pip install --no-deps -e .; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2; exit 1
   fi
   rm -f "$log"

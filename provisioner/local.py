@@ -22,8 +22,8 @@ import subprocess
 import threading
 import time
 
-from provisioner.errors import CommandTimeout, ConnectError, OutputTooLarge
-from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, human_bytes
+from provisioner.errors import CommandTimeout, ConnectError
+from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, BoundedOutput
 from provisioner.verify.model import CommandResult
 
 KILL_GRACE_S = 1.0  # SIGTERM, then SIGKILL this much later
@@ -113,8 +113,8 @@ class LocalRunner:
         """Feed stdin, drain stdout and stderr (bounded) until both close and the command
         exits; raise on the deadline, on too much output and on :meth:`close`."""
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        out = bytearray()
-        err = bytearray()
+        output = BoundedOutput(self.name, _short(command), max_stdout=self.max_stdout,
+                               max_stderr=self.max_stderr)
         sel = selectors.DefaultSelector()
         try:
             os.set_blocking(proc.stdin.fileno(), False)
@@ -122,8 +122,8 @@ class LocalRunner:
                 sel.register(proc.stdin, selectors.EVENT_WRITE)
             else:
                 proc.stdin.close()
-            sel.register(proc.stdout, selectors.EVENT_READ, (out, self.max_stdout, "stdout"))
-            sel.register(proc.stderr, selectors.EVENT_READ, (err, self.max_stderr, "stderr"))
+            sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+            sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
             view = memoryview(data)
             closed_at: float | None = None
             while True:
@@ -135,7 +135,7 @@ class LocalRunner:
                                            f"{_short(command)}")
                 streams_open = any(k.fileobj is not proc.stdin for k in sel.get_map().values())
                 if not streams_open and proc.poll() is not None:
-                    return bytes(out), bytes(err)
+                    return output.bytes_of("stdout"), output.bytes_of("stderr")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise CommandTimeout(
@@ -157,17 +157,11 @@ class LocalRunner:
                             sel.unregister(proc.stdin)
                             proc.stdin.close()
                         continue
-                    buf, limit, what = key.data
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    buf += chunk
-                    if len(buf) > limit:
-                        raise OutputTooLarge(
-                            f"{self.name}: output too large: the command wrote more than "
-                            f"{human_bytes(limit)} to {what} (the limit of what the "
-                            f"controller reads from a node); it was stopped: {_short(command)}")
+                    output.take(key.data, chunk)
         finally:
             sel.close()
 

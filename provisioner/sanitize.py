@@ -35,6 +35,38 @@ MAX_ITEM_CHARS = 1024 * 1024
 MAX_RAW_CHARS = 64 * 1024
 
 
+class BoundedOutput:
+    """What one command on a node writes to stdout and stderr, each kept up to its limit.
+
+    The one rule both command runners (provisioner/local.py and provisioner/ssh/connection.py)
+    read a node's output by: :meth:`take` each chunk as it arrives; the first byte past a
+    stream's limit raises :class:`~provisioner.errors.OutputTooLarge` naming the node, the
+    stream, the limit and the command (as the runner shows it), and the runner stops the
+    command."""
+
+    def __init__(self, node: str, command: str, *, max_stdout: int = MAX_STDOUT_BYTES,
+                 max_stderr: int = MAX_STDERR_BYTES) -> None:
+        self.node = node
+        self.command = command
+        self._limits = {"stdout": max_stdout, "stderr": max_stderr}
+        self._bufs = {"stdout": bytearray(), "stderr": bytearray()}
+
+    def take(self, stream: str, chunk: bytes) -> None:
+        buf = self._bufs[stream]
+        buf += chunk
+        limit = self._limits[stream]
+        if len(buf) > limit:
+            from provisioner.errors import OutputTooLarge
+
+            raise OutputTooLarge(
+                f"{self.node}: output too large: the command wrote more than "
+                f"{human_bytes(limit)} to {stream} (the limit of what the controller reads "
+                f"from a node); it was stopped: {self.command}")
+
+    def bytes_of(self, stream: str) -> bytes:
+        return bytes(self._bufs[stream])
+
+
 def human_bytes(n: int) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size and n % size == 0:

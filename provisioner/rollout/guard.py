@@ -36,6 +36,23 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def new_token(run_tag: str | None) -> str:
+    """A playbook run's token, ``<run>.<pid>.<hex>``: what the guard kills by, fencing fences
+    by, and what gdsfleet.gds.node_lock reads the run from (its first dot-separated field, so
+    a later play of the same run may take over a lock an earlier one of the run left)."""
+    import uuid
+
+    return f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
+
+
+def run_of(token: str) -> str:
+    """The run a token belongs to; empty for a play outside any run (``adhoc``, ``manual``).
+    plugins/modules/node_lock.py (which runs on the node and cannot import this) reads it the
+    same way; tests/unit/test_node_lock.py holds the two to one answer."""
+    first = token.split(".", 1)[0]
+    return "" if first in ("manual", "adhoc") else first
+
+
 def prctl(option: int, value: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)

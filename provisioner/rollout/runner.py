@@ -393,7 +393,7 @@ def run_playbook(
         if os.environ.get(key):
             env[key] = os.environ[key]
     env.update(envvars or {})
-    token = f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}"
+    token = guard.new_token(run_tag)
     env[guard.TOKEN_ENV] = token
     env[guard.PARENT_ENV] = str(os.getpid())
     wrapper = _guard_wrapper(pdd, children_lock)

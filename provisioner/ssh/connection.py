@@ -18,9 +18,9 @@ from typing import Any
 
 import paramiko
 
-from provisioner.errors import CommandTimeout, ConnectError, HostKeyError, OutputTooLarge
+from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
 from provisioner.inventory import Node
-from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, human_bytes, printable
+from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, BoundedOutput, printable
 from provisioner.ssh.base import SSHSettings, Target, clip, redact
 from provisioner.ssh.config import load_ssh_config, resolve_target
 from provisioner.ssh.hostkeys import _fill_host_keys, _HostKeyPolicy
@@ -220,18 +220,9 @@ class SSHRunner:
                 printable(redact(clip(f"{self.node.name}: cannot open a session: {exc}"))),
                 transient=True,
             ) from exc
-        out: list[bytes] = []
-        err: list[bytes] = []
-        sizes = {"stdout": 0, "stderr": 0}
-
-        def take(what: str, chunk: bytes, into: list[bytes], limit: int) -> None:
-            into.append(chunk)
-            sizes[what] += len(chunk)
-            if sizes[what] > limit:  # the channel is closed below: the command gets SIGHUP
-                raise OutputTooLarge(
-                    f"{self.node.name}: output too large: the command wrote more than "
-                    f"{human_bytes(limit)} to {what} (the limit of what the controller reads "
-                    f"from a node); it was stopped: {_short_cmd(command)}")
+        # past a limit, the channel is closed below: the command gets SIGHUP
+        output = BoundedOutput(self.node.name, _short_cmd(command), max_stdout=MAX_STDOUT_BYTES,
+                               max_stderr=MAX_STDERR_BYTES)
 
         try:
             chan.settimeout(self.settings.channel_timeout)
@@ -253,10 +244,10 @@ class SSHRunner:
             while True:
                 got = False
                 while chan.recv_ready():
-                    take("stdout", chan.recv(65536), out, MAX_STDOUT_BYTES)
+                    output.take("stdout", chan.recv(65536))
                     got = True
                 while chan.recv_stderr_ready():
-                    take("stderr", chan.recv_stderr(65536), err, MAX_STDERR_BYTES)
+                    output.take("stderr", chan.recv_stderr(65536))
                     got = True
                 if got:
                     continue
@@ -294,8 +285,8 @@ class SSHRunner:
             chan.close()
         return CommandResult(
             exit_status=status,
-            stdout=b"".join(out).decode("utf-8", "replace"),
-            stderr=b"".join(err).decode("utf-8", "replace"),
+            stdout=output.bytes_of("stdout").decode("utf-8", "replace"),
+            stderr=output.bytes_of("stderr").decode("utf-8", "replace"),
             duration_s=time.monotonic() - t0,
         )
 

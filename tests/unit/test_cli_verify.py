@@ -23,9 +23,7 @@ from provisioner.cli import main
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
 from provisioner.verify.model import CheckResult, IoTestResult, NodeReport
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_ssh_sshd import SSHD, Sshd, _free_port, _keygen  # noqa: E402
+from tests.harness.loopback_sshd import SSHD, Sshd, free_port, keygen
 
 # Per-test directory for the fake nodes' state files (set by the fake_core fixture), so that
 # pytest sessions sharing a machine never read each other's state.
@@ -136,8 +134,8 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     if not Path(SSHD).exists():
         pytest.skip("needs OpenSSH's sshd")
     root = tmp_path_factory.mktemp("cli-sshd")
-    _keygen(root / "host_key")
-    _keygen(root / "client_key")
+    keygen(root / "host_key")
+    keygen(root / "client_key")
     (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
     d = Sshd(root, root / "host_key")
     d.start()
@@ -165,7 +163,7 @@ def _inventory(path: Path, sshd: dict[str, Any], nodes: dict[str, int]) -> Path:
 def test_inventory_over_ssh_mixed_outcomes(fake_core: None, sshd: dict[str, Any],
                                            tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    closed = _free_port()
+    closed = free_port()
     inv = _inventory(tmp_path / "hosts.yml", sshd, {
         "gpu-01": sshd["port"], "gpu-02": sshd["port"], "gpu-03": closed})
     fake_state("gpu-02").write_text("not-loaded")

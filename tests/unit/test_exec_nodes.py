@@ -35,6 +35,7 @@ from tests.harness.loopback_sshd import (
     exec_inventory,
     stand_in_collection,
 )
+from tests.harness.procs import pids_where, sample_cmdlines
 
 needs_sshd = pytest.mark.skipif(
     not os.path.exists(SSHD) or os.geteuid() != 0 or shutil.which("ssh") is None,
@@ -283,7 +284,7 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
         lab: dict[str, Any], env: None, tmp_path: Path) -> None:
     seen: list[str] = []
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample_cmdlines, args=(seen, stop), daemon=True)
+    sampler = threading.Thread(target=sample_cmdlines, args=(seen, stop), daemon=True)
     sampler.start()
     try:
         rc_local = _rollout(lab, tmp_path / "local.sqlite")
@@ -318,31 +319,9 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
         assert not (art / "command").exists()  # the worker's artifacts were not unpacked
 
 
-def _sample_cmdlines(seen: list[str], stop: threading.Event) -> None:
-    while not stop.is_set():
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                seen.append(raw.replace(b"\0", b" ").decode("utf-8", "replace"))
-        time.sleep(0.05)
-
-
 def _worker_pids(workdir: Path) -> list[int]:
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(b"ansible-runner" in c for c in cmd[:2]) and b"worker" in cmd \
-                and str(workdir).encode() in b" ".join(cmd):
-            out.append(int(pid))
-    return out
+    return pids_where(lambda cmd: any(b"ansible-runner" in c for c in cmd[:2])
+                      and b"worker" in cmd and str(workdir).encode() in b" ".join(cmd))
 
 
 @needs_sshd
@@ -426,7 +405,7 @@ def test_sigint_cuts_the_shards_at_once(lab: dict[str, Any], env: None, tmp_path
     # every shard's ssh was cut and its dispatch closed, none left behind by the coordinator
     assert sorted(r["state"] for r in rows) == ["lost", "lost"]
     ours = str(lab["exec"]).encode()
-    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _is_our_ssh(pid, root)]
+    left = _our_ssh(root)
     assert not left, ours
     for row in rows:  # no fencing yet: stop what the workers left
         guard.sweep(row["token"])
@@ -435,12 +414,9 @@ def test_sigint_cuts_the_shards_at_once(lab: dict[str, Any], env: None, tmp_path
             os.kill(pid, signal.SIGKILL)
 
 
-def _is_our_ssh(pid: str, root: Path) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return bool(cmd) and cmd[0].endswith(b"/ssh") and str(root / "work").encode() in b" ".join(cmd)
+def _our_ssh(root: Path) -> list[int]:
+    return pids_where(lambda cmd: cmd[0].endswith(b"/ssh")
+                      and str(root / "work").encode() in b" ".join(cmd))
 
 
 def test_dispatches_table_added_to_an_older_ledger_and_optional_read_only(

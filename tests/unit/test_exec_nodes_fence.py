@@ -26,6 +26,7 @@ from provisioner.rollout.executors.fence import fence, worker_script
 from provisioner.rollout.executors.ssh import ExecNode, SshExecutor, SshOptions
 from provisioner.store import Ledger
 from tests.harness.loopback_sshd import free_port as _free_port
+from tests.harness.procs import pids_where
 from tests.unit import test_exec_nodes as base
 from tests.unit.test_exec_nodes import (
     BIN,
@@ -260,18 +261,8 @@ def test_second_loss_in_a_wave_stops_with_the_hosts_lost(
 def _worker_ssh(port: int) -> list[int]:
     """PIDs of the coordinator's ssh clients carrying a worker to the execution node on
     ``port`` (not a fence's)."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"/ssh") and str(port).encode() in cmd \
-                and any(b" worker --private-data-dir" in c for c in cmd):
-            out.append(int(pid))
-    return out
+    return pids_where(lambda cmd: cmd[0].endswith(b"/ssh") and str(port).encode() in cmd
+                      and any(b" worker --private-data-dir" in c for c in cmd))
 
 
 @needs_sshd

@@ -159,3 +159,23 @@ def test_site_yml_holds_the_node_first_and_lets_it_go_in_always() -> None:
     assert roles[0] == "gdsfleet.gds.preflight" and len(roles) == 10
     (release,) = block["always"]
     assert release["gdsfleet.gds.node_lock"]["state"] == "released"
+
+
+def test_the_module_reads_the_run_from_the_rollouts_tokens_as_the_rollout_means_it() -> None:
+    """node_lock runs on the node and cannot import the rollout's code, so the token format
+    is a contract in two places: the run a rollout's token names (provisioner.rollout.guard)
+    is the run the module lets take over, and the token passes the module's own check."""
+    import importlib.util
+
+    from provisioner.rollout import guard
+
+    spec = importlib.util.spec_from_file_location(
+        "gdsfleet_node_lock_under_test", ROOT / "plugins" / "modules" / "node_lock.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for run in ("20261124T160000Z-0a1b2c3d4e5f", "r1", None):
+        token = guard.new_token(run)
+        assert mod.TOKEN_RE.match(token), token
+        assert mod._run_of(token) == guard.run_of(token) == (run or "")
+    assert mod._run_of("manual.abc") == guard.run_of("manual.abc") == ""

@@ -112,11 +112,11 @@ needs_sshd = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    from tests.unit.test_ssh_sshd import Sshd, _keygen
+    from tests.harness.loopback_sshd import Sshd, keygen
 
     root = tmp_path_factory.mktemp("sshd-ansible")
-    _keygen(root / "host_key")
-    _keygen(root / "client_key")
+    keygen(root / "host_key")
+    keygen(root / "client_key")
     (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
     server = Sshd(root, root / "host_key")
     server.start()

@@ -9,9 +9,6 @@ refused port.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +19,7 @@ import pytest
 from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
 from provisioner.inventory import Node
 from provisioner.ssh import SSHRunner, SSHSettings, fingerprint
-
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+from tests.harness.loopback_sshd import SSHD, Sshd, free_port, keygen
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(SSHD) or os.geteuid() != 0,
@@ -31,60 +27,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _keygen(path: Path) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path)], check=True
-    )
-
-
-class Sshd:
-    def __init__(self, root: Path, host_key: Path) -> None:
-        self.root = root
-        self.port = _free_port()
-        self.host_key = host_key
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        cfg = self.root / f"sshd_config.{self.port}"
-        cfg.write_text(
-            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\n"
-            f"PidFile {self.root}/sshd.{self.port}.pid\n"
-            f"AuthorizedKeysFile {self.root}/authorized_keys\nStrictModes no\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-            "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\nMaxStartups 100\n"
-            "LogLevel ERROR\n"
-        )
-        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("sshd did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     root = tmp_path_factory.mktemp("sshd")
-    _keygen(root / "host_key")
-    _keygen(root / "host_key2")
-    _keygen(root / "client_key")
-    _keygen(root / "other_key")
+    keygen(root / "host_key")
+    keygen(root / "host_key2")
+    keygen(root / "client_key")
+    keygen(root / "other_key")
     (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
     sshd = Sshd(root, root / "host_key")
     sshd.start()
@@ -239,7 +188,7 @@ def test_auth_failure_not_retried_and_no_key_material(lab: dict) -> None:
 
 def test_refused_port_is_retried_then_unreachable(lab: dict) -> None:
     root, known = lab["root"], lab["known"]
-    port = _free_port()
+    port = free_port()
     r = SSHRunner(_node(port, root, known), _settings(root, retries=2))
     with pytest.raises(ConnectError, match="connection refused") as ei:
         r.run("true", timeout=5)

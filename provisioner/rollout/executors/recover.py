@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 LOST_STATES = frozenset({"lost", "unreachable", "error"})
 
 
-def _fence_or_wait(ex: SshExecutor, rec: Dispatch,
-                   stopped: Callable[[], bool] = lambda: False) -> str | None:
+def fence_or_wait(ex: SshExecutor, rec: Dispatch,
+                  stopped: Callable[[], bool] = lambda: False) -> str | None:
     """Make sure nothing of ``rec`` runs any more: None when sure, else why not. The wait for
     the deadline ends early when ``stopped()`` (a second loss: nothing will be sent again)."""
     from provisioner import interrupts
@@ -128,7 +128,7 @@ class Wave:
             return self._stopped(res, f"execution node lost: {', '.join(self.lost)} in wave "
                                       f"{wave}; the hosts of {name} stay lost (a resume "
                                       f"redoes them)")
-        why = _fence_or_wait(ex, rec, lambda: len(self.lost) > 1)
+        why = fence_or_wait(ex, rec, lambda: len(self.lost) > 1)
         if why is not None:
             if rec.state != "abandoned":
                 ex.mark(rec, "abandoned")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from provisioner.rollout.executors.recover import _fence_or_wait
+from provisioner.rollout.executors.recover import fence_or_wait
 from provisioner.rollout.executors.stream import Dispatch
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def fence_recorded(ex: SshExecutor, rows: Iterable[Mapping[str, Any]]) -> list[s
                        deadline_at=_deadline_at(row.get("deadline")), detail=detail)
         ex.mark(rec, rec.state, resumed_by_coordinator=True)
         try:
-            why = _fence_or_wait(ex, rec)
+            why = fence_or_wait(ex, rec)
         except ValueError as exc:  # a token in the ledger that is not ours
             why = str(exc)
         if why:

@@ -364,10 +364,11 @@ class SshExecutor:
                 call: Mapping[str, Any]) -> Dispatch:
         """The dispatch's ledger row, written before anything is sent. Its deadline is when
         the execution node has stopped the shard by itself (executors.fence)."""
+        from provisioner.rollout import guard
         from provisioner.rollout.executors.fence import check_token, wait_margin_s
 
         run_tag, timeout = str(call["run_tag"]), call["timeout"]
-        token = check_token(f"{run_tag or 'adhoc'}.{os.getpid()}.{uuid.uuid4().hex[:12]}")
+        token = check_token(guard.new_token(run_tag))
         at = (time.time() + timeout + wait_margin_s(self.opts.connect_timeout)
               if timeout else None)
         deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at else None

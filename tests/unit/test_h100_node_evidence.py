@@ -7,7 +7,11 @@ no nvidia-fs, no NVMe. Its outputs are replayed here:
 * ``after/``: preflight refuses the nvfs route with the real reason (no kernel headers for a
   kernel that did not come from a package), before any change; a check run without that
   reason meets the python3-apt refusal, still in preflight; ``verify --local`` reports the node
-  NOT compliant, the I/O through compat, with cuFile's own log saying why.
+  NOT compliant, the I/O through compat, with cuFile's own log saying why;
+* ``merged/`` and ``locked/``: the same script with later code; ``locked/`` (2026-11-24) has
+  ``site.yml`` holding the node with gdsfleet.gds.node_lock (issue 14) and verify's node-side
+  scripts bundled at send time (issue 16): the lock is taken first and let go in ``always``
+  even though preflight refuses, and every verdict stays the same.
 """
 
 from __future__ import annotations
@@ -72,10 +76,29 @@ def test_after_p2pdma_refused_for_the_kernel() -> None:
     assert f"kernel {KERNEL} has no P2PDMA support" in text
 
 
-@pytest.fixture(scope="module", params=["after", "merged"])
+@pytest.mark.parametrize("name", ["site-check-nvfs", "site-check-nvfs-prebuilt",
+                                  "site-check-p2pdma"])
+def test_locked_site_holds_the_node_first_and_lets_it_go_after_the_refusal(name: str) -> None:
+    text, rc, roles = _play("locked", name)
+    assert rc == 2 and set(roles) == {"preflight"}
+    tasks = re.findall(r"^TASK \[(.+?)\] \*+$", text, re.M)
+    assert tasks[:2] == ["Gathering Facts", "Hold the node for this play"]
+    assert tasks[-1] == "Let the node go"  # after the failed preflight task: `always`
+    after = text.split("TASK [Let the node go]", 1)[1]
+    assert re.match(r"\s*\**\nok: \[\w+\]", after), after[:200]
+    recap = _recap(text)
+    assert recap["failed"] == 1 and recap["changed"] == 0
+    # the verdicts of the runs before the lock, unchanged
+    before, _, _ = _play("merged", name)
+    for line in re.findall(r'"msg": "([^"]{40})', before):
+        assert line in text
+
+
+@pytest.fixture(scope="module", params=["after", "merged", "locked"])
 def node(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """verify --local's report: `after` (issue 7's run) and `merged` (the same script run again
-    with the code of the issue 8-10 merges)."""
+    """verify --local's report: `after` (issue 7's run), `merged` (the same script run again
+    with the code of the issue 8-10 merges) and `locked` (again, with the bundled node-side
+    scripts of issue 16)."""
     doc = json.loads((EVIDENCE / request.param / "verify-local.json").read_text())
     (only,) = doc["nodes"]
     return {**only, "_run": request.param}
@@ -101,8 +124,8 @@ def test_after_verify_local_replayed_through_todays_code(node: dict[str, Any]) -
     replayed = {c.id: c.status for c in results}
     # checks added after a recording can only skip there (their evidence was not gathered):
     # fs.mount.transport after "after", io.libcufile (issue 15) after both
-    added = {"io.libcufile": "skip"}
-    if node["_run"] != "merged":
+    added = {"io.libcufile": "skip"} if node["_run"] != "locked" else {}
+    if node["_run"] == "after":
         added["fs.mount.transport"] = "skip"
     assert {k: replayed.get(k) for k in recorded} == recorded
     assert {k: v for k, v in replayed.items() if k not in recorded} == added

@@ -80,6 +80,16 @@ def verify(fleet: Any, name: str) -> tuple[subprocess.CompletedProcess[str], dic
     return proc, json.loads(out.read_text())
 
 
+def _check(node_doc: dict[str, Any], check_id: str) -> dict[str, Any]:
+    """The node's check ``check_id``; failing, the node's error and the checks it has (an
+    unreachable node has none: once on a loaded runner this was a bare StopIteration)."""
+    found = [c for c in node_doc.get("checks", []) if c["id"] == check_id]
+    assert found, (f"no check {check_id} for {node_doc.get('name')}: error "
+                   f"{node_doc.get('error')!r}, checks "
+                   f"{[(c['id'], c['status']) for c in node_doc.get('checks', [])]}")
+    return found[0]
+
+
 def test_image_ships_no_kvikio_and_rollout_installs_it_from_the_index(node: Any,
                                                                       repo: dict[str, Any]
                                                                       ) -> None:
@@ -125,7 +135,7 @@ def test_node_without_the_runtime_is_reported_clearly(node: Any) -> None:
     assert proc.returncode != 0
     n = rep["nodes"][0]
     assert n["compliant"] is False
-    check = next(c for c in n["checks"] if c["id"] == "io.direct_path")
+    check = _check(n, "io.direct_path")
     assert check["status"] == "fail"
     assert "verification runtime missing" in check["message"]
     assert "gdsfleet.gds.verify_runtime" in check["message"]
@@ -133,7 +143,7 @@ def test_node_without_the_runtime_is_reported_clearly(node: Any) -> None:
     # and with no fact file either: python3 is tried, the message says so
     node.exec(name, f"rm -f {FACT}")
     proc, rep = verify(node, "no-fact")
-    check = next(c for c in rep["nodes"][0]["checks"] if c["id"] == "io.direct_path")
+    check = _check(rep["nodes"][0], "io.direct_path")
     assert "verification runtime missing" in check["message"]
     assert f"no {FACT}" in check["message"]
 

@@ -69,10 +69,33 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
 
 
 def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` with every secret masked in its strings (provisioner.redact.redact_document)."""
-    from provisioner.redact import redact_document
+    """``doc`` with every secret masked in its strings: the copy
+    ``provisioner.redact.redact_document`` makes (every string, keys too, through
+    ``redact_known``), each distinct string masked once. A fleet's report repeats most of its
+    strings node after node (every key, check id, expected value and fix), and masking them
+    one by one was most of what writing a 64-node report cost."""
+    from provisioner.redact import redact_known
 
-    return dict(redact_document(doc))
+    masked: dict[str, str] = {}  # this call's: the registered secrets do not change during it
+
+    def text(value: str) -> str:
+        out = masked.get(value)
+        if out is None:
+            out = masked[value] = redact_known(value)
+        return out
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {(text(k) if isinstance(k, str) else k): walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if isinstance(node, tuple):
+            return tuple(walk(x) for x in node)
+        if isinstance(node, str):
+            return text(node)
+        return node
+
+    return dict(walk(doc))
 
 
 def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:

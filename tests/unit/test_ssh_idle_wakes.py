@@ -1,0 +1,123 @@
+"""What a connection costs the controller while it waits on a slow node (issue 14: verification
+stays on the coordinator, so its CPU per node bounds the fleet).
+
+Against a real OpenSSH sshd on a loopback port: while a command runs on the node and sends
+nothing, neither paramiko's reader thread nor ``SSHRunner.run`` may poll (they wake on data, EOF
+and a close), and a close from another thread (SIGINT's path) still ends the wait at once.
+The wakes are counted, not timed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import pytest
+
+from provisioner.errors import ConnectError
+from provisioner.inventory import Node
+from provisioner.ssh import SSHRunner, SSHSettings
+from provisioner.ssh import connection as ssh_connection
+from tests.harness.loopback_sshd import SSHD, Sshd, keygen
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(SSHD) or os.geteuid() != 0,
+    reason="needs OpenSSH's sshd (openssh-server, installed by scripts/setup.sh) and root",
+)
+
+SLEEP_S = 3
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("sshd-idle")
+    keygen(root / "host_key")
+    keygen(root / "client_key")
+    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+    server = Sshd(root, root / "host_key")
+    server.start()
+    host_pub = (root / "host_key.pub").read_text().split()
+    known = root / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{server.port} {host_pub[0]} {host_pub[1]}\n")
+    try:
+        yield {"root": root, "port": server.port, "known": known}
+    finally:
+        server.stop()
+
+
+def _runner(lab: dict[str, Any]) -> SSHRunner:
+    root: Path = lab["root"]
+    node = Node(name="n1", address="127.0.0.1", port=lab["port"], user="root",
+                key_file=str(root / "client_key"),
+                ssh_options=(("UserKnownHostsFile", str(lab["known"])),))
+    settings = SSHSettings(managed_known_hosts=str(root / "managed_known_hosts"),
+                           user_known_hosts=str(root / "none"),
+                           system_known_hosts=str(root / "none"), ssh_config=None,
+                           connect_timeout=5.0, retry_delay_s=0.01)
+    return SSHRunner(node, settings)
+
+
+def test_waiting_on_a_silent_command_does_not_poll(sshd: dict[str, Any],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    reader_wakes = [0]
+    run_wakes = [0]
+    real_check = paramiko.packet.Packetizer._check_keepalive
+    real_select = ssh_connection.select.select
+
+    def counted_check(self: Any) -> None:  # called on every idle wake of the reader thread
+        reader_wakes[0] += 1
+        real_check(self)
+
+    class CountingSelect:
+        @staticmethod
+        def select(*args: Any) -> Any:
+            run_wakes[0] += 1
+            return real_select(*args)
+
+    with _runner(sshd) as r:
+        r.connect()
+        monkeypatch.setattr(paramiko.packet.Packetizer, "_check_keepalive", counted_check)
+        monkeypatch.setattr(ssh_connection, "select", CountingSelect)
+        res = r.run(f"sleep {SLEEP_S}; echo done", timeout=60)
+    assert res.exit_status == 0 and res.stdout == "done\n"
+    # paramiko's own 0.1 s wake: ~30 in 3 s; the run loop at 0.5 s: ~6 (before this change)
+    assert reader_wakes[0] <= SLEEP_S + 3, reader_wakes[0]
+    assert run_wakes[0] <= SLEEP_S, run_wakes[0]
+
+
+def test_a_close_from_another_thread_ends_the_wait_at_once(sshd: dict[str, Any]) -> None:
+    """SIGINT closes the node's connection from the main thread (provisioner.interrupts): the
+    waiting command must end then, not at its deadline nor at the next wake."""
+    r = _runner(sshd)
+    r.connect()
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(r.run("sleep 50", timeout=60))
+        except ConnectError as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.5)
+    r.close()
+    t.join(10)  # generous (a loaded CI machine); the command itself would run 50 s
+    assert not t.is_alive()
+    assert outcome and getattr(outcome[0], "exit_status", None) != 0, outcome
+
+
+def test_a_closed_transport_lets_its_reader_thread_end(sshd: dict[str, Any]) -> None:
+    r = _runner(sshd)
+    r.connect()
+    assert r._client is not None
+    transport = r._client.get_transport()
+    assert transport is not None and transport.is_alive()
+    r.close()
+    transport.join(10)  # it ends at its next idle wake
+    assert not transport.is_alive()

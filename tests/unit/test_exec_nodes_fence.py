@@ -226,7 +226,8 @@ def test_cut_stream_is_fenced_and_redispatched_to_the_other_node(
         assert again["exec_node"] == "e2" and again["state"] == "done"
         assert again["hosts"] == r["hosts"] and again["detail"]["redispatch_of"] == r["id"]
         assert again["token"] != r["token"] and not guard.tagged(r["token"])
-    assert not list((root / "work").iterdir())  # nothing left on the execution nodes
+    # nothing of a job left on the execution nodes (the workdir's empty lock file stays)
+    assert [p.name for p in (root / "work").iterdir()] in ([], [".lock"])
 
 
 def _extravars(lab: dict[str, Any]) -> dict[str, str]:

@@ -308,7 +308,8 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
     # the secrets never showed in a command line, and nothing is left on the nodes
     assert seen, "the sampler saw no process"
     assert not [c for c in seen if CANARY in c or CANARY_FILE in c]
-    assert not list((lab["root"] / "work").iterdir())
+    # nothing of a job left on the execution nodes (the workdir's empty lock file stays)
+    assert [p.name for p in (lab["root"] / "work").iterdir()] in ([], [".lock"])
     for f in tmp_path.rglob("*"):  # nor in the ledger or the runner folders here
         assert not f.is_file() or CANARY.encode() not in f.read_bytes(), f
     arts = list((tmp_path / "runner" / "artifacts").glob("*-s[01]"))

@@ -130,6 +130,47 @@ def test_worker_side_sweeps_what_the_worker_left_and_keeps_its_status(tmp_path: 
     assert rc == 124 and time.monotonic() - started < 30 and not job.exists()
 
 
+def test_worker_side_removes_job_folders_that_dead_workers_left(tmp_path: Path) -> None:
+    """A job folder whose wrapper died with its execution node (killed, rebooted: the fence
+    never ran there) holds the job's extra vars; the next dispatch to that node removes it,
+    and keeps a folder whose job still runs (tests/fleet/test_exec_nodes_fleet.py found the
+    first after a `podman kill` of an execution node)."""
+    from provisioner.rollout.executors.ssh import worker_command
+
+    work = tmp_path / "work"
+    stale = work / "shard.deadAAAA"
+    (stale / "env").mkdir(parents=True)
+    (stale / "env" / "extravars").write_text(f'{{"api_token": "{CANARY}"}}')
+    live = work / "shard.liveBBBB"
+    live.mkdir()
+    lock = work / "shard.liveBBBB.lock"
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "60"])  # a job that still runs
+    try:
+        _wait_for(lambda: _locked(lock), 10)
+        node = ExecNode(name="e1", host="127.0.0.1", runner="true", workdir=str(work))
+        rc = subprocess.run(["sh", "-c", worker_command(node, "run3.1.cafe", 30)],
+                            check=False, timeout=60).returncode
+        assert rc == 0
+        assert not stale.exists()
+        assert live.is_dir()
+        assert sorted(p.name for p in work.iterdir() if p.name.startswith("shard.")) == [
+            live.name, lock.name]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _locked(path: Path) -> bool:
+    return subprocess.run(["flock", "-n", str(path), "true"], check=False).returncode != 0
+
+
+def _wait_for(pred: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
 # ----------------------------------------------------------------------------- recovery
 def _cutting_runner(root: Path, lines: int) -> Path:
     """Stand-in ansible-runner: ``worker`` runs the real one and passes its first ``lines``
@@ -186,7 +227,8 @@ def test_cut_stream_is_fenced_and_redispatched_to_the_other_node(
         assert again["exec_node"] == "e2" and again["state"] == "done"
         assert again["hosts"] == r["hosts"] and again["detail"]["redispatch_of"] == r["id"]
         assert again["token"] != r["token"] and not guard.tagged(r["token"])
-    assert not list((root / "work").iterdir())  # nothing left on the execution nodes
+    # nothing of a job left on the execution nodes (the workdir's empty lock file stays)
+    assert [p.name for p in (root / "work").iterdir()] in ([], [".lock"])
 
 
 def _extravars(lab: dict[str, Any]) -> dict[str, str]:

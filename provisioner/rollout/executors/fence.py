@@ -90,7 +90,7 @@ def worker_script(run_worker: str, token: str, seconds: int | None) -> str:
     tok = shlex.quote(check_token(token))
     limit = (f"timeout --kill-after={KILL_AFTER_S} {max(1, int(seconds))} " if seconds else "")
     return (f"{TOKEN_ENV}={tok} {limit}{run_worker}; rc=$?; "
-            f"{sweep_command(token, 3)} >/dev/null 2>&1; rm -rf \"$D\"; exit $rc")
+            f"{sweep_command(token, 3)} >/dev/null 2>&1; rm -rf \"$D\" \"$D.lock\"; exit $rc")
 
 
 def wait_margin_s(connect_timeout: float) -> float:

@@ -78,6 +78,26 @@ def check_token(token: str) -> str:
     return token
 
 
+def job_folder_shell(base: str) -> str:
+    """Shell that makes the job's fresh 0700 folder ``$D`` under ``base`` (a shell word).
+
+    The folder holds the job's extra vars (secrets) until the worker's ``--delete``. When the
+    whole execution node dies mid-job (killed, rebooted, powered off) nothing there removes
+    it, so each job holds an ``flock`` on ``<folder>.lock`` while its wrapper or worker lives
+    (the kernel drops it when they end, however they end; the file, not the folder, since
+    ``worker --delete`` replaces the folder), and each new job first removes the folders whose
+    lock is free: those whose job is gone. Creating a folder and locking it happen under a
+    lock of the workdir, so a job starting beside another never takes the other's new folder
+    for a dead one. Without ``flock`` (util-linux) on the node, nothing is removed."""
+    return (f"umask 077 && mkdir -p {base} || exit 1; F=$(command -v flock) || F=; "
+            + f"if [ -n \"$F\" ]; then exec 8>>{base}/.lock && \"$F\" 8 && for o in "
+            + f"{base}/shard.*; do case $o in *.lock) [ -d \"${{o%.lock}}\" ] || \"$F\" -n "
+            + "\"$o\" rm -f \"$o\";; *) [ -d \"$o\" ] && \"$F\" -n \"$o.lock\" rm -rf \"$o\" "
+            + "\"$o.lock\";; esac; done; fi 2>/dev/null; "
+            + f"D=$(mktemp -d {base}/shard.XXXXXXXX) || exit 1; "
+            + "if [ -n \"$F\" ]; then exec 9>>\"$D.lock\" && \"$F\" -n 9; exec 8>&-; fi; ")
+
+
 def sweep_command(token: str, tries: int = FENCE_TRIES) -> str:
     """Shell: kill every process carrying ``token``; prints the JSON answer."""
     return f"python3 -c {shlex.quote(_SWEEP)} {shlex.quote(check_token(token))} {int(tries)}"

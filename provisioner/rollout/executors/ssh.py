@@ -175,26 +175,13 @@ def worker_command(node: ExecNode, token: str | None = None, seconds: int | None
     """The remote shell command: a fresh 0700 folder under the workdir, then the worker, which
     unpacks the job there and removes the folder when it ends (--delete). With ``token``: the
     worker tagged with it, under ``timeout`` when ``seconds``, and a sweep of every process
-    still tagged once it ends (executors.fence).
-
-    The folder holds the job's extra vars (secrets) until then. When the whole execution node
-    dies mid-job (killed, rebooted, powered off) nothing there removes it, so each job holds
-    an ``flock`` on ``<folder>.lock`` while its wrapper or worker lives (the kernel drops it
-    when they end, however they end; the file, not the folder, since ``worker --delete``
-    replaces the folder), and each new job first removes the folders whose lock is free:
-    those whose job is gone. Creating a folder and locking it happen under a lock of the
-    workdir, so a job starting beside another never takes the other's new folder for a dead
-    one. Without ``flock`` (util-linux) on the node, nothing is removed."""
+    still tagged once it ends (executors.fence). The folders of jobs whose execution node died
+    are removed by the next job there (executors.fence.job_folder_shell)."""
     base = _shell_path(node.workdir)
     run = "\"$R\" worker --private-data-dir \"$D\" --delete"
-    head = (_find_runner(node)
-            + f"umask 077 && mkdir -p {base} || exit 1; F=$(command -v flock) || F=; "
-            + f"if [ -n \"$F\" ]; then exec 8>>{base}/.lock && \"$F\" 8 && for o in "
-            + f"{base}/shard.*; do case $o in *.lock) [ -d \"${{o%.lock}}\" ] || \"$F\" -n "
-            + "\"$o\" rm -f \"$o\";; *) [ -d \"$o\" ] && \"$F\" -n \"$o.lock\" rm -rf \"$o\" "
-            + "\"$o.lock\";; esac; done; fi 2>/dev/null; "
-            + f"D=$(mktemp -d {base}/shard.XXXXXXXX) || exit 1; "
-            + "if [ -n \"$F\" ]; then exec 9>>\"$D.lock\" && \"$F\" -n 9; exec 8>&-; fi; ")
+    from provisioner.rollout.executors.fence import job_folder_shell
+
+    head = _find_runner(node) + job_folder_shell(base)
     if token is None:
         return head + f"exec {run}"
     from provisioner.rollout.executors.fence import worker_script

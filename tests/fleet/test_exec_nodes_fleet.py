@@ -45,7 +45,7 @@ from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
 from tests.harness.execnode import ExecNodes, exec_nodes  # noqa: F401 - the fixture
 
-pytestmark = [pytest.mark.fleet, pytest.mark.container]
+pytestmark = [pytest.mark.fleet, pytest.mark.container, pytest.mark.execnodes]
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"

@@ -83,6 +83,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="with -n: spread whole files over the workers, cutting a file at "
                           "its costly module fixtures, longest parts first "
                           "(tests/harness/schedule.py)")
+    parser.addoption("--exec-nodes", action="store_true",
+                     help="also run the execution-node container suite (marker execnodes: "
+                          "about 8 minutes on 2 cores, so not in the default run; "
+                          "docs/testing.md)")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -109,6 +113,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.container)
         elif names & CONTAINER_FIXTURES:
             item.add_marker(pytest.mark.container)
+        if item.get_closest_marker("execnodes") and not config.getoption("exec_nodes", False):
+            item.add_marker(pytest.mark.skip(
+                reason="the execution-node container suite runs with --exec-nodes "
+                       "(bash scripts/test.sh --exec-nodes): about 8 minutes on 2 cores, "
+                       "kept out of the 20-minute default run"))
     if config.getoption("gdsfleet_schedule", False):
         from tests.harness import schedule
 

@@ -182,13 +182,24 @@ def main(argv: list[str]) -> int:
         fcntl.flock(lock_fd, fcntl.LOCK_SH)
         os.set_inheritable(lock_fd, True)
 
+    stop_signals = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+
     def in_child() -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
-    child = subprocess.Popen([binary, *args], preexec_fn=in_child,  # noqa: S603
-                             pass_fds=(lock_fd,) if lock_fd >= 0 else ())
+    # A stop signal that came between the fork and the child's PDEATHSIG (or before `child`
+    # is set) would let this guard exit without killing the new ansible-playbook, which then
+    # ran on under init with the run's token. Held back until Popen returns (the child has
+    # then run in_child and exec'd); stop() then kills it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    try:
+        child = subprocess.Popen([binary, *args], preexec_fn=in_child,  # noqa: S603
+                                 pass_fds=(lock_fd,) if lock_fd >= 0 else ())
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
     while True:
         try:
             rc = child.wait()

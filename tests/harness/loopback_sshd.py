@@ -148,3 +148,18 @@ class LoopbackExecNodes:
     def stop(self) -> None:
         for s in self.servers:
             s.stop()
+
+
+def keyed_sshd(root: Path) -> tuple[Sshd, Path]:
+    """A started sshd under ``root`` with a host key, a client key (``client_key``) it
+    accepts, and a ``known_hosts`` naming its port: the setup the SSH tests share. Returns the
+    server (stop it) and the known_hosts file."""
+    keygen(root / "host_key")
+    keygen(root / "client_key")
+    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+    server = Sshd(root, root / "host_key")
+    server.start()
+    host_pub = (root / "host_key.pub").read_text().split()
+    known = root / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{server.port} {host_pub[0]} {host_pub[1]}\n")
+    return server, known

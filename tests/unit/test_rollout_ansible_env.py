@@ -112,16 +112,10 @@ needs_sshd = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    from tests.harness.loopback_sshd import Sshd, keygen
+    from tests.harness.loopback_sshd import keyed_sshd
 
     root = tmp_path_factory.mktemp("sshd-ansible")
-    keygen(root / "host_key")
-    keygen(root / "client_key")
-    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
-    server = Sshd(root, root / "host_key")
-    server.start()
-    host_pub = (root / "host_key.pub").read_text().split()
-    (root / "known_hosts").write_text(f"[127.0.0.1]:{server.port} {host_pub[0]} {host_pub[1]}\n")
+    server, _known = keyed_sshd(root)
     (root / "empty_known_hosts").write_text("")
     (root / "site.yml").write_text(PLAYBOOK)
     try:

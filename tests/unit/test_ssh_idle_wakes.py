@@ -23,7 +23,7 @@ from provisioner.errors import ConnectError
 from provisioner.inventory import Node
 from provisioner.ssh import SSHRunner, SSHSettings
 from provisioner.ssh import connection as ssh_connection
-from tests.harness.loopback_sshd import SSHD, Sshd, keygen
+from tests.harness.loopback_sshd import SSHD, keyed_sshd
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(SSHD) or os.geteuid() != 0,
@@ -36,14 +36,7 @@ SLEEP_S = 3
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("sshd-idle")
-    keygen(root / "host_key")
-    keygen(root / "client_key")
-    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
-    server = Sshd(root, root / "host_key")
-    server.start()
-    host_pub = (root / "host_key.pub").read_text().split()
-    known = root / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{server.port} {host_pub[0]} {host_pub[1]}\n")
+    server, known = keyed_sshd(root)
     try:
         yield {"root": root, "port": server.port, "known": known}
     finally:

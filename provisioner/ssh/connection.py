@@ -204,6 +204,16 @@ class SSHRunner:
             # for the handshake after connect_timeout, before its own banner timeout, and fail
             # with "No existing session" on a host that accepts TCP but never speaks SSH.
             sock = open_socket(target.hostname, target.port, self.settings.connect_timeout)
+        try:
+            self._client_connect(client, target, sock, key_files)
+        except paramiko.SSHException as exc:
+            if _is_handshake_timeout(exc) and getattr(sock, "received", None) == 0:
+                raise paramiko.SSHException(
+                    "Error reading SSH protocol banner: nothing received") from exc
+            raise
+
+    def _client_connect(self, client: paramiko.SSHClient, target: Target, sock: Any,
+                        key_files: list[str]) -> None:
         client.connect(
             target.hostname,
             port=target.port,
@@ -315,6 +325,20 @@ class SSHRunner:
 
 
 
+class _CountingSocket(socket.socket):
+    """A TCP socket that counts the bytes it received: after a handshake timeout, zero bytes
+    means the server never spoke (no banner), whichever of paramiko's two clocks ran out
+    first (its banner timeout in the transport thread, or the handshake wait in ours, which a
+    loaded controller can reach first)."""
+
+    received = 0
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        self.received += len(data)
+        return data
+
+
 def open_socket(hostname: str, port: int, timeout: float) -> socket.socket:
     """TCP connect to the first address that answers, as paramiko does, bounded by ``timeout``.
 
@@ -324,7 +348,7 @@ def open_socket(hostname: str, port: int, timeout: float) -> socket.socket:
     errors: dict[tuple[Any, ...], OSError] = {}
     infos = socket.getaddrinfo(hostname, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
     for family, socktype, proto, _name, addr in infos:
-        sock = socket.socket(family, socktype, proto)
+        sock = _CountingSocket(family, socktype, proto)
         try:
             sock.settimeout(timeout)
             sock.connect(addr)

@@ -398,6 +398,36 @@ def test_silent_ssh_server_is_no_banner_with_retry_and_no_traceback(
     assert "Traceback" not in err and "paramiko" not in err.lower() and err == ""
 
 
+def test_silent_server_is_no_banner_when_the_handshake_wait_runs_out_first(
+        silent_server: SilentServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded controller paramiko's handshake wait (in our thread) can run out before its
+    banner timeout fires (in the transport thread): the server still sent nothing, so it is
+    still 'no SSH banner', retried. Forced here by a banner clock that never fires first."""
+    from provisioner.inventory import Node
+    from provisioner.ssh import SSHRunner, SSHSettings, connection
+
+    class SlowBannerClock(connection._Transport):
+        @property
+        def banner_timeout(self) -> float:
+            return 30.0
+
+        @banner_timeout.setter
+        def banner_timeout(self, _value: float) -> None:
+            pass  # paramiko sets the client's banner_timeout; this clock keeps its own
+
+    monkeypatch.setattr(connection, "_Transport", SlowBannerClock)
+    settings = SSHSettings(connect_timeout=0.3, banner_timeout=0.3, retries=1,
+                           retry_delay_s=0.05, managed_known_hosts=str(tmp_path / "kh"),
+                           ssh_config=None)
+    runner = SSHRunner(Node("n1", "127.0.0.1", silent_server.port, user="root"), settings)
+    with pytest.raises(ConnectError) as info:
+        runner.connect()
+    # before: "no SSH handshake within 0.6s: the port answers but does not speak SSH", not
+    # retried (the verdict of a port that sends bytes), which failed CI once under load
+    assert "no SSH banner within 0.3s after 2 attempt(s)" in str(info.value), info.value
+    assert runner.connect_attempts == 2 and len(silent_server.accepted) == 2
+
+
 def test_silent_ssh_server_through_verify(silent_server: SilentServer, tmp_path: Path,
                                           capfd: pytest.CaptureFixture[str]) -> None:
     """The same fault through the command: the node is UNREACHABLE with 'no SSH banner', the

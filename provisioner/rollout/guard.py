@@ -68,13 +68,25 @@ def _pids() -> list[int]:
         return []
 
 
+def _pid_ns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
 def tagged(token: str) -> list[int]:
-    """PIDs of the processes (of this user) whose environment carries ``token``."""
+    """PIDs of the processes (of this user, in this PID namespace) whose environment carries
+    ``token``. A container on this machine is another machine's business: a node's play
+    carries the token too (site.yml's ``environment``), and a lab node is a container here."""
     needle = f"{TOKEN_ENV}={token}\0".encode()
     me = os.getpid()
+    ours = _pid_ns("self")
     out = []
     for pid in _pids():
         if pid == me:
+            continue
+        if ours is not None and _pid_ns(pid) != ours:
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:

@@ -156,6 +156,47 @@ def test_guard_sweep_finds_processes_by_token_even_after_setsid() -> None:
     assert guard.tagged(token) == []
 
 
+def test_guard_leaves_a_container_on_this_machine_alone() -> None:
+    """A process in another PID namespace (a container: in the lab, a node whose play carries
+    the token through site.yml's environment) is not the guard's to kill, token or not; one
+    of ours with the same token is."""
+    token = f"test.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, **{guard.TOKEN_ENV: token})
+    boxed = subprocess.Popen(["unshare", "--user", "--pid", "--fork", "--kill-child",
+                              "sleep", "300"], env=env)
+    ours = subprocess.Popen(["sleep", "300"], env=env)
+    try:
+        def sleeps() -> list[int]:
+            return [p for p in guard._pids() if _comm(p) == "sleep" and p != ours.pid
+                    and _ppid(p) == boxed.pid]
+
+        deadline = time.monotonic() + 10
+        while not sleeps() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (inner,) = sleeps()
+        found = guard.tagged(token)
+        # before: both, and a lab node's module processes died with the controller's guard
+        assert ours.pid in found and inner not in found and boxed.pid in found, found
+    finally:
+        for p in (boxed, ours):
+            p.kill()
+            p.wait()
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def test_resume_waits_for_the_children_lock_then_names_the_pids(tmp_path: Path) -> None:
     lock = FileLock(tmp_path / "ledger.sqlite.rollout.lock", "f", children_wait=0.5)
     holder = subprocess.Popen(

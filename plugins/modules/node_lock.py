@@ -22,6 +22,12 @@ description:
     rollout run (the token's first dot-separated field); the rollout only starts one after it
     has fenced the earlier one (a resume after the coordinator died, a lost shard sent again),
     so that play takes the node over and the old holder is killed.
+  - A fenced play's controller is gone, but the module it was running on this node may not be
+    (a package install, a DKMS build). Before it takes over, the new play waits for every
+    process on the node that carries the old token (site.yml puts the token in the environment
+    of every task) to end by itself, for up to I(takeover_wait) seconds; what is left then is
+    stopped (SIGTERM, then SIGKILL after 10 s). So the two plays never act on the node at
+    once. A process that survives SIGKILL fails the task, naming it.
   - Every acquire, release, takeover and refusal is appended as one JSON line to I(log), so
     the intervals in which plays held the node can be checked afterwards.
   - Nothing of the node's configuration changes, so the result never reports C(changed). It
@@ -53,6 +59,12 @@ options:
       controller died never releases it). Use the rollout's playbook timeout plus a margin.
     type: int
     default: 15000
+  takeover_wait:
+    description: On a takeover, seconds to wait for the old play's processes on the node to
+      end by themselves before they are stopped. Waiting is the gentle choice (a package
+      install cut in the middle leaves the package manager to repair); C(0) stops them at once.
+    type: int
+    default: 900
 """
 
 EXAMPLES = r"""
@@ -79,7 +91,10 @@ holder:
   type: dict
   returned: when I(state=held)
 took_over:
-  description: The holder of the same run that this play replaced, if any.
+  description:
+    - The holder of the same run that this play replaced, if any, with C(waited_for) (the
+      pids of the old play's processes that ended by themselves while this play waited),
+      C(stopped) (those it had to stop) and C(waited_s).
   type: dict
   returned: when I(state=held) and a holder of the same run was replaced
 """
@@ -136,6 +151,43 @@ def _carries(pid: int, token: str) -> bool:
     except OSError:
         return False
     return f"{TOKEN_ENV}={token}".encode() in env.split(b"\0")
+
+
+def _tagged(token: str, skip: set[int]) -> list[int]:
+    """The pids of the processes on this node that carry ``token`` in their environment (a
+    zombie's environment reads empty: it is gone), but those in ``skip``."""
+    if not token:
+        return []
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in skip and _carries(int(name), token):
+            out.append(int(name))
+    return out
+
+
+def _settle(token: str, skip: set[int], wait: float) -> dict[str, Any]:
+    """Wait up to ``wait`` seconds for the processes carrying ``token`` to end, then stop the
+    rest (SIGTERM, SIGKILL after 10 s). Returns ``waited_for``, ``stopped``, ``left`` (pids
+    that survive SIGKILL) and ``waited_s``."""
+    t0 = time.monotonic()
+    first = _tagged(token, skip)
+    alive = first
+    while alive and time.monotonic() - t0 < wait:
+        time.sleep(0.2)
+        alive = _tagged(token, skip)
+    stopped = list(alive)
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if not alive:
+            break
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        until = time.monotonic() + grace
+        while alive and time.monotonic() < until:
+            time.sleep(0.1)
+            alive = _tagged(token, skip)
+    return {"waited_for": [p for p in first if p not in stopped], "stopped": stopped,
+            "left": alive, "waited_s": round(time.monotonic() - t0, 3)}
 
 
 def _log(path: str, event: str, token: str, **extra: Any) -> None:
@@ -201,7 +253,8 @@ def _spawn_holder(fd: int, token: str, ttl: int) -> int:
     return int(raw or b"0")
 
 
-def hold(module: AnsibleModule, path: str, log: str, token: str, ttl: int) -> dict[str, Any]:
+def hold(module: AnsibleModule, path: str, log: str, token: str, ttl: int,
+         takeover_wait: int) -> dict[str, Any]:
     took_over: dict[str, Any] | None = None
     deadline = time.monotonic() + 15
     while True:
@@ -215,13 +268,25 @@ def hold(module: AnsibleModule, path: str, log: str, token: str, ttl: int) -> di
                 return {"token": token, "holder": holder}
             same_run = bool(_run_of(token)) and holder.get("run") == _run_of(token)
             if same_run and took_over is None:
-                _log(log, "takeover", token, old=holder)
+                # the old play's work on this node first (its holder keeps the lock meanwhile)
+                skip = {os.getpid(), int(holder.get("pid") or 0)}
+                settled = _settle(str(holder.get("token") or ""), skip, takeover_wait)
+                if settled["left"]:
+                    _log(log, "refused", token, holder=holder, left=settled["left"])
+                    module.fail_json(msg=f"this node is held by {holder.get('token')!r} of the "
+                                         f"same run, and its processes {settled['left']} "
+                                         f"survive SIGKILL; stop them, then run again",
+                                     token=token)
+                _log(log, "takeover", token, old=holder, **{
+                    k: settled[k] for k in ("waited_for", "stopped", "waited_s")})
                 if not _kill_holder(holder):
                     module.fail_json(msg=f"this node is held by {holder.get('token')!r} of the "
                                          f"same run, and its holder pid {holder.get('pid')} "
                                          f"survives SIGKILL; stop it, then run again",
                                      token=token)
-                took_over = holder
+                took_over = {**holder, **{
+                    k: settled[k] for k in ("waited_for", "stopped", "waited_s")}}
+                deadline = time.monotonic() + 15  # for the killed holder's lock to go
                 continue
             if took_over is not None and time.monotonic() < deadline:
                 time.sleep(0.1)  # the killed holder's lock is on its way out
@@ -270,6 +335,7 @@ def main() -> None:
             "path": {"type": "path", "default": "/run/gdsfleet/site.lock"},
             "log": {"type": "path", "default": "/run/gdsfleet/site-lock.log"},
             "ttl": {"type": "int", "default": 15000},
+            "takeover_wait": {"type": "int", "default": 900},
         },
         supports_check_mode=True,
     )
@@ -284,11 +350,13 @@ def main() -> None:
                              f"dot-separated parts; give the rollout's token or none")
     if p["ttl"] < 1:
         module.fail_json(msg=f"ttl {p['ttl']}: give seconds, 1 or more")
+    if p["takeover_wait"] < 0:
+        module.fail_json(msg=f"takeover_wait {p['takeover_wait']}: give seconds, 0 or more")
     folder = os.path.dirname(p["path"]) or "."
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         if p["state"] == "held":
-            result = hold(module, p["path"], p["log"], token, p["ttl"])
+            result = hold(module, p["path"], p["log"], token, p["ttl"], p["takeover_wait"])
         else:
             result = release(p["path"], p["log"], token)
     except OSError as exc:

@@ -155,6 +155,8 @@ def test_site_yml_holds_the_node_first_and_lets_it_go_in_always() -> None:
     first, block = play["tasks"]
     assert "gdsfleet.gds.node_lock" in first and first["check_mode"] is False
     assert "GDSFLEET_PLAYBOOK_TOKEN" in first["gdsfleet.gds.node_lock"]["token"]
+    assert "GDSFLEET_PLAYBOOK_TOKEN" in play["environment"]["GDSFLEET_PLAYBOOK_TOKEN"]
+    assert "takeover_wait" in first["gdsfleet.gds.node_lock"]
     roles = [t["ansible.builtin.import_role"]["name"] for t in block["block"]]
     assert roles[0] == "gdsfleet.gds.preflight" and len(roles) == 10
     (release,) = block["always"]
@@ -179,3 +181,86 @@ def test_the_module_reads_the_run_from_the_rollouts_tokens_as_the_rollout_means_
         assert mod.TOKEN_RE.match(token), token
         assert mod._run_of(token) == guard.run_of(token) == (run or "")
     assert mod._run_of("manual.abc") == guard.run_of("manual.abc") == ""
+
+
+# A takeover when the fenced play's work is still running on the node: W1's short work (ends
+# in 2 s) is waited for; W2's long work (would run 300 s) is stopped after takeover_wait 1 s.
+# The work is started here as a detached process carrying the old token, as a module of the
+# fenced play does through site.yml's environment.
+TAKEOVER = """
+- name: node_lock takeover cases
+  hosts: localhost
+  gather_facts: false
+  module_defaults:
+    gdsfleet.gds.node_lock:
+      path: "{{ dir }}/site.lock"
+      log: "{{ dir }}/site-lock.log"
+      ttl: 120
+  tasks:
+    - {name: w1 holds, gdsfleet.gds.node_lock: {token: runW.1.aaaa}}
+    - name: w1 work in flight
+      ansible.builtin.shell: >-
+        GDSFLEET_PLAYBOOK_TOKEN=runW.1.aaaa setsid sh -c 'sleep 2; date +%s.%N > {{ dir }}/w1.end'
+        </dev/null >/dev/null 2>&1 & echo $!
+      register: w1_work
+      changed_when: false
+    - {name: w2 takes over, gdsfleet.gds.node_lock: {token: runW.2.bbbb, takeover_wait: 30},
+       register: w2}
+    - name: w2 work in flight
+      ansible.builtin.shell: >-
+        GDSFLEET_PLAYBOOK_TOKEN=runW.2.bbbb setsid sleep 300 </dev/null >/dev/null 2>&1 &
+        echo $!
+      register: w2_work
+      changed_when: false
+    - {name: w3 takes over, gdsfleet.gds.node_lock: {token: runW.3.cccc, takeover_wait: 1},
+       register: w3}
+    - {name: w3 releases, gdsfleet.gds.node_lock: {state: released, token: runW.3.cccc}}
+    - {name: bad wait, gdsfleet.gds.node_lock: {token: runW.4.dddd, takeover_wait: -1},
+       ignore_errors: true}
+"""
+
+
+@pytest.fixture(scope="module")
+def takeover(private_collections: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("takeover")
+    (tmp / "takeover.yml").write_text(TAKEOVER)
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         str(tmp / "takeover.yml"), "-e", f"dir={tmp}",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=tmp, env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(private_collections),
+                      "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1"},
+        capture_output=True, text=True, timeout=300, check=False)
+    doc = json.loads(proc.stdout)
+    results = {t["task"]["name"]: t["hosts"]["localhost"]
+               for play in doc["plays"] for t in play["tasks"]}
+    log = [json.loads(x) for x in (tmp / "site-lock.log").read_text().splitlines()]
+    return {"r": results, "log": log, "dir": tmp}
+
+
+def test_a_takeover_waits_for_the_fenced_plays_work_to_end(takeover: dict[str, Any]) -> None:
+    r, log = takeover["r"], takeover["log"]
+    w1_pid = int(r["w1 work in flight"]["stdout"])
+    took = r["w2 takes over"]["took_over"]
+    # the work's shell and its sleep, both carrying the token
+    assert took["token"] == "runW.1.aaaa" and w1_pid in took["waited_for"], took  # noqa: S105
+    assert len(took["waited_for"]) == 2, took
+    assert took["stopped"] == [] and took["waited_s"] >= 1.0, took
+    # the old work really ended (it wrote its end) before the new play had the node
+    ended = float((takeover["dir"] / "w1.end").read_text())
+    acquired = [e["at"] for e in log if e["event"] == "acquire" and e["token"] == "runW.2.bbbb"]  # noqa: S105
+    # before: the takeover came at once and the two plays' work overlapped by about 2 s
+    assert acquired and ended <= acquired[0], (ended, acquired)
+
+
+def test_a_takeover_stops_work_that_outlasts_the_wait(takeover: dict[str, Any]) -> None:
+    r, log = takeover["r"], takeover["log"]
+    w2_pid = int(r["w2 work in flight"]["stdout"])
+    took = r["w3 takes over"]["took_over"]
+    assert took["token"] == "runW.2.bbbb" and took["stopped"] == [w2_pid], took  # noqa: S105
+    assert took["waited_for"] == [] and not _alive(w2_pid)
+    (event,) = [e for e in log if e["event"] == "takeover" and e["token"] == "runW.3.cccc"]  # noqa: S105
+    assert event["stopped"] == [w2_pid] and event["old"]["token"] == "runW.2.bbbb"  # noqa: S105
+    bad = r["bad wait"]
+    assert bad["failed"] is True and "takeover_wait -1: give seconds, 0 or more" in bad["msg"]

@@ -54,6 +54,21 @@ play site-check-p2pdma playbooks/site.yml --check --diff -e gds_route=p2pdma
 play site-check-nvfs-prebuilt playbooks/site.yml --check --diff -e gds_route=nvfs \
   -e preflight_require_dkms_build=false
 
+# A same-run takeover on the real node: a fenced play of run "evidence" (its lock held by
+# token evidence.1.*, and its work, a 6 s process carrying that token, still running), then
+# site.yml --check of the same run: its first task waits for that work, then takes the node.
+old_tok=evidence.1.$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')
+new_tok=evidence.2.$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')
+ansible -i "$inv" gpu_nodes -m gdsfleet.gds.node_lock -a "token=$old_tok ttl=600" \
+  > "$ev/takeover-old-lock.txt" 2>&1
+GDSFLEET_PLAYBOOK_TOKEN=$old_tok setsid sh -c 'sleep 6; date -u +%s.%N > /tmp/gdsfleet-old-work.end' \
+  </dev/null >/dev/null 2>&1 &
+date -u +%s.%N > "$ev/takeover-started.txt"
+(export GDSFLEET_PLAYBOOK_TOKEN=$new_tok
+ play site-check-takeover playbooks/site.yml --check --diff -e gds_route=p2pdma)
+cp /tmp/gdsfleet-old-work.end "$ev/takeover-old-work-end.txt" 2>/dev/null
+cp /run/gdsfleet/site-lock.log "$ev/site-lock.log" 2>/dev/null
+
 iodir=/var/tmp/gdsfleet-io
 mkdir -p "$iodir"
 echo "## provisioner verify --local --io-size 64M --io-path $iodir --details" > "$ev/verify-local.txt"

@@ -11,7 +11,12 @@ no nvidia-fs, no NVMe. Its outputs are replayed here:
 * ``merged/`` and ``locked/``: the same script with later code; ``locked/`` (2026-11-24) has
   ``site.yml`` holding the node with gdsfleet.gds.node_lock (issue 14) and verify's node-side
   scripts bundled at send time (issue 16): the lock is taken first and let go in ``always``
-  even though preflight refuses, and every verdict stays the same.
+  even though preflight refuses, and every verdict stays the same;
+* ``takeover/`` (2026-11-24, later): the same, with ``site.yml`` putting the play's token in
+  every task's environment, and one more run: a same-run takeover on the real node (a fenced
+  play's lock and its 6 s of work still running under token ``evidence.1.*``, then
+  ``site.yml --check`` as ``evidence.2.*``): the first task waited for that work to end, then
+  took the node.
 """
 
 from __future__ import annotations
@@ -76,10 +81,12 @@ def test_after_p2pdma_refused_for_the_kernel() -> None:
     assert f"kernel {KERNEL} has no P2PDMA support" in text
 
 
+@pytest.mark.parametrize("stage", ["locked", "takeover"])
 @pytest.mark.parametrize("name", ["site-check-nvfs", "site-check-nvfs-prebuilt",
                                   "site-check-p2pdma"])
-def test_locked_site_holds_the_node_first_and_lets_it_go_after_the_refusal(name: str) -> None:
-    text, rc, roles = _play("locked", name)
+def test_locked_site_holds_the_node_first_and_lets_it_go_after_the_refusal(
+        stage: str, name: str) -> None:
+    text, rc, roles = _play(stage, name)
     assert rc == 2 and set(roles) == {"preflight"}
     tasks = re.findall(r"^TASK \[(.+?)\] \*+$", text, re.M)
     assert tasks[:2] == ["Gathering Facts", "Hold the node for this play"]
@@ -94,11 +101,30 @@ def test_locked_site_holds_the_node_first_and_lets_it_go_after_the_refusal(name:
         assert line in text
 
 
-@pytest.fixture(scope="module", params=["after", "merged", "locked"])
+def test_takeover_on_the_real_node_waited_for_the_fenced_plays_work() -> None:
+    text, rc, roles = _play("takeover", "site-check-takeover")
+    assert rc == 2 and set(roles) == {"preflight"}  # the p2pdma refusal, as above
+    log = [json.loads(x) for x in (EVIDENCE / "takeover" / "site-lock.log").read_text()
+           .splitlines()]
+    old = json.loads((EVIDENCE / "takeover" / "takeover-old-lock.txt").read_text()
+                     .split("=>", 1)[1])["token"]
+    (took,) = [e for e in log if e["event"] == "takeover"]
+    assert took["old"]["token"] == old and took["token"].startswith("evidence.2.")
+    # the work's shell and its sleep, both carrying the old token, ended by themselves
+    assert len(took["waited_for"]) == 2 and took["stopped"] == [] and took["waited_s"] > 0.5
+    ended = float((EVIDENCE / "takeover" / "takeover-old-work-end.txt").read_text())
+    (acquired,) = [e["at"] for e in log if e["event"] == "acquire"
+                   and e["token"] == took["token"]]
+    assert ended <= took["at"] <= acquired
+    released = [e for e in log if e["event"] == "release" and e["token"] == took["token"]]
+    assert released and released[0]["at"] > acquired
+
+
+@pytest.fixture(scope="module", params=["after", "merged", "locked", "takeover"])
 def node(request: pytest.FixtureRequest) -> dict[str, Any]:
     """verify --local's report: `after` (issue 7's run), `merged` (the same script run again
-    with the code of the issue 8-10 merges) and `locked` (again, with the bundled node-side
-    scripts of issue 16)."""
+    with the code of the issue 8-10 merges), `locked` (again, with the bundled node-side
+    scripts of issue 16) and `takeover` (again, later the same day)."""
     doc = json.loads((EVIDENCE / request.param / "verify-local.json").read_text())
     (only,) = doc["nodes"]
     return {**only, "_run": request.param}
@@ -124,7 +150,7 @@ def test_after_verify_local_replayed_through_todays_code(node: dict[str, Any]) -
     replayed = {c.id: c.status for c in results}
     # checks added after a recording can only skip there (their evidence was not gathered):
     # fs.mount.transport after "after", io.libcufile (issue 15) after both
-    added = {"io.libcufile": "skip"} if node["_run"] != "locked" else {}
+    added = {"io.libcufile": "skip"} if node["_run"] in ("after", "merged") else {}
     if node["_run"] == "after":
         added["fs.mount.transport"] = "skip"
     assert {k: replayed.get(k) for k in recorded} == recorded

@@ -130,6 +130,46 @@ def test_worker_side_sweeps_what_the_worker_left_and_keeps_its_status(tmp_path: 
     assert rc == 124 and time.monotonic() - started < 30 and not job.exists()
 
 
+def test_worker_side_sweep_stops_the_jobs_ssh_control_masters(tmp_path: Path) -> None:
+    """Ansible's ssh ControlPersist masters outlive the play, and OpenSSH writes its title
+    ("ssh: <control path> [mux]") over its argv and environment, so the token is gone from
+    /proc/PID/environ. A master left from a partitioned job held a dead connection, and the
+    next job's ssh to that node through the same control path hung until its deadline (found
+    by the execution-node partition test). The job now gets a control folder of its own,
+    named by its token, and the sweep also stops what names that folder."""
+    from provisioner.rollout.executors.fence import control_dir, sweep_command
+
+    token = "run3.7.c0ffee"  # noqa: S105 - a tag
+    job = tmp_path / "job"
+    job.mkdir()
+    # what the worker is given, and a stand-in master: argv[0] as OpenSSH titles it, no
+    # token in its environment (`env -u`), its own session, reparented
+    leave = ("echo \"$ANSIBLE_SSH_CONTROL_PATH_DIR\" > " + f"{tmp_path}/cpdir; " +
+             "env -u GDSFLEET_PLAYBOOK_TOKEN setsid bash -c 'exec -a \"ssh: "
+             "$ANSIBLE_SSH_CONTROL_PATH_DIR/0f9ae259c7 [mux]\" sleep 300' & "
+             f"echo $! > {tmp_path}/pid; sleep 0.5; exit 0")
+    script = f"D={job}; " + worker_script(f"sh -c '{_sq(leave)}'", token, 60)
+    rc = subprocess.run(["bash", "-c", script], check=False, timeout=60).returncode
+    cpdir = Path((tmp_path / "cpdir").read_text().strip())
+    assert rc == 0 and cpdir == tmp_path / control_dir(token) and not cpdir.exists()
+    pid = int((tmp_path / "pid").read_text())
+    # before: the master stayed (its environment shows no token), with its dead connection
+    assert not Path(f"/proc/{pid}").exists() or _zombie(pid), pid
+    assert control_dir(token) in sweep_command(token)
+
+
+def _sq(text: str) -> str:
+    """``text`` inside a single-quoted shell word."""
+    return text.replace("'", "'\\''")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def test_worker_side_removes_job_folders_that_dead_workers_left(tmp_path: Path) -> None:
     """A job folder whose wrapper died with its execution node (killed, rebooted: the fence
     never ran there) holds the job's extra vars; the next dispatch to that node removes it,

@@ -44,19 +44,26 @@ FENCE_TRIES = 10  # looks (0.2 s apart) before the answer is still-running
 _OUT_MAX = 4096
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
-# argv: TOKEN TRIES. Prints {"killed": N, "left": M}. Zombies have an empty environ: not counted.
+# argv: TOKEN TRIES CPDIR. Prints {"killed": N, "left": M}. A process is the job's when its
+# environment carries the token, or when its command line names the job's ssh control folder:
+# an ssh ControlPersist master rewrites its argv and environ area with its title ("ssh:
+# <control path> [mux]"), so its environment no longer shows the token. Zombies have an empty
+# environ and cmdline: not counted.
 _SWEEP = (
     "import json,os,sys,time\n"
     f"n=(\"{TOKEN_ENV}=\"+sys.argv[1]+\"\\0\").encode()\n"
+    "c=(\"/\"+sys.argv[3]+\"/\").encode()\n"
     "me=os.getpid()\n"
+    "def r(d,w):\n"
+    " with open(\"/proc/\"+d+\"/\"+w,\"rb\") as f:return f.read()\n"
     "def t():\n"
     " o=[]\n"
     " for d in os.listdir(\"/proc\"):\n"
     "  if d.isdigit() and int(d)!=me:\n"
     "   try:\n"
-    "    with open(\"/proc/\"+d+\"/environ\",\"rb\") as f:e=f.read()+b\"\\0\"\n"
+    "    e=r(d,\"environ\")+b\"\\0\"\n"
+    "    if n in e or c in r(d,\"cmdline\"):o.append(int(d))\n"
     "   except OSError:continue\n"
-    "   if n in e:o.append(int(d))\n"
     " return o\n"
     "k=set()\n"
     "for i in range(int(sys.argv[2])):\n"
@@ -98,9 +105,19 @@ def job_folder_shell(base: str) -> str:
             + "if [ -n \"$F\" ]; then exec 9>>\"$D.lock\" && \"$F\" -n 9; exec 8>&-; fi; ")
 
 
+def control_dir(token: str) -> str:
+    """The name of the job's ssh control folder (beside its job folder): Ansible's ssh
+    ControlPersist masters of the job live on after its ansible-playbook, their sockets in
+    there, and the sweep finds them by it. Short (the token's random part): a control socket's
+    whole path must stay under the 108 bytes of a unix socket name."""
+    return "cp." + check_token(token).rsplit(".", 1)[-1][-16:]
+
+
 def sweep_command(token: str, tries: int = FENCE_TRIES) -> str:
-    """Shell: kill every process carrying ``token``; prints the JSON answer."""
-    return f"python3 -c {shlex.quote(_SWEEP)} {shlex.quote(check_token(token))} {int(tries)}"
+    """Shell: kill every process carrying ``token`` (and the job's ssh control masters);
+    prints the JSON answer."""
+    return (f"python3 -c {shlex.quote(_SWEEP)} {shlex.quote(check_token(token))} {int(tries)} "
+            f"{shlex.quote(control_dir(token))}")
 
 
 def worker_script(run_worker: str, token: str, seconds: int | None) -> str:
@@ -109,8 +126,11 @@ def worker_script(run_worker: str, token: str, seconds: int | None) -> str:
     whatever way the worker ended; exits with the worker's status."""
     tok = shlex.quote(check_token(token))
     limit = (f"timeout --kill-after={KILL_AFTER_S} {max(1, int(seconds))} " if seconds else "")
-    return (f"{TOKEN_ENV}={tok} {limit}{run_worker}; rc=$?; "
-            f"{sweep_command(token, 3)} >/dev/null 2>&1; rm -rf \"$D\" \"$D.lock\"; exit $rc")
+    # the job's own ssh control folder, beside its job folder (control_dir)
+    cp = f"C=\"${{D%/*}}/{control_dir(token)}\"; "
+    return (f"{cp}ANSIBLE_SSH_CONTROL_PATH_DIR=\"$C\" {TOKEN_ENV}={tok} {limit}{run_worker}; "
+            f"rc=$?; {sweep_command(token, 3)} >/dev/null 2>&1; "
+            f"rm -rf \"$D\" \"$D.lock\" \"$C\"; exit $rc")
 
 
 def wait_margin_s(connect_timeout: float) -> float:

@@ -29,6 +29,12 @@ key and known_hosts by their paths on the coordinator; :meth:`ExecNodes.trust` p
 files at the same paths on every execution node, as an operator gives an execution node the
 nodes' SSH key and host keys (docs/scale.md, "Setting up an execution node").
 
+``up(count, tarball, isolated=N)`` starts the last N nodes in network namespaces of their own
+instead (``--network none``), joined to this machine's loopback by a relay the test owns
+(tests/harness/netrelay.py: their sshd port outward, the ports given to :meth:`ExecNodes.reach`
+inward, on the same numbers, so inventories do not change); :meth:`ExecNodes.partitioned` cuts
+such a node off with a DROP rule in its namespace.
+
 Containers are named ``gdsfleet-hx-<session token>-exec-N`` and labelled like the fixtures'
 (``python -m tests.harness.lab gc`` removes what a crashed session left).
 """
@@ -57,6 +63,7 @@ from typing import Any
 import pytest
 
 from tests.harness import lab as labmod
+from tests.harness import netrelay
 from tests.harness import run as runmod
 
 VENV = "/opt/gdsfleet-exec"
@@ -189,6 +196,7 @@ class ExecNode:
     container: str
     port: int
     host_key: str = ""  # "ssh-ed25519 AAAA..."
+    isolated: bool = False  # in a network namespace of its own, behind a relay
 
 
 def _podman_env() -> dict[str, str]:
@@ -196,8 +204,8 @@ def _podman_env() -> dict[str, str]:
 
 
 def _start(container: str, image: str, port: int, pubkey: str, token: str,
-           extra: Sequence[str] = ()) -> None:
-    labmod.podman("run", "-d", "--privileged", "--network", "host",
+           extra: Sequence[str] = (), *, network: str = "host") -> None:
+    labmod.podman("run", "-d", "--privileged", "--network", network,
                   "--name", container, "--hostname", container,
                   "--label", f"{labmod.LABEL}=fixtures#{token}",
                   "--label", f"gdsfleet.pid={os.getpid()}",
@@ -341,16 +349,27 @@ class ExecNodes:
         self.inventory = root / "exec.ini"
         self.known_hosts = root / "exec_known_hosts"
         self.tarball = Path()  # the collection installed by up()
+        # isolated nodes (a network namespace of their own): their relays, and the ports of
+        # this machine they reach through them (reach())
+        self.relays: dict[str, netrelay.Relay] = {}
+        self.reached: list[int] = []
 
-    def up(self, count: int, tarball: Path) -> ExecNodes:
+    def up(self, count: int, tarball: Path, isolated: int = 0) -> ExecNodes:
+        """``count`` nodes; the last ``isolated`` of them in network namespaces of their own
+        (``--network none`` and a relay: tests/harness/netrelay.py), which can be
+        partitioned; the others on the host network."""
         pub = Path(str(self.key) + ".pub").read_text().strip()
         self.tarball = tarball
         for i in range(1, count + 1):
             port = runmod.reserve_ports(1, start=23000, end=29000)
-            self.nodes.append(ExecNode(f"exec{i}", f"gdsfleet-hx-{self.token}-exec-{i}", port))
+            self.nodes.append(ExecNode(f"exec{i}", f"gdsfleet-hx-{self.token}-exec-{i}", port,
+                                       isolated=i > count - isolated))
 
         def one(n: ExecNode) -> None:
-            _start(n.container, self.image, n.port, pub, self.token)
+            _start(n.container, self.image, n.port, pub, self.token,
+                   network="none" if n.isolated else "host")
+            if n.isolated:
+                self._relay(n)
             n.host_key = _wait_ready(n.container, n.port)
             self.install_collection(n, tarball)
 
@@ -406,12 +425,48 @@ class ExecNodes:
         labmod.podman("kill", self.by_name(name).container)
 
     def restart(self, name: str) -> None:
-        """Start a killed node again (same host key: the container's own /etc/ssh)."""
+        """Start a killed node again (same host key: the container's own /etc/ssh; an
+        isolated one gets a new namespace, and so a new relay)."""
         n = self.by_name(name)
         if labmod.podman("container", "inspect", "--format", "{{.State.Running}}",
                          n.container).stdout.strip() != "true":
             labmod.podman("start", n.container)
+            if n.isolated:
+                self._relay(n)
         _wait_ready(n.container, n.port)
+
+    def _relay(self, n: ExecNode) -> None:
+        old = self.relays.pop(n.name, None)
+        if old is not None:
+            old.close()
+        pid = int(labmod.podman("container", "inspect", "--format", "{{.State.Pid}}",
+                                n.container).stdout.strip())
+        relay = netrelay.Relay(pid)
+        relay.outward(n.port)
+        for port in self.reached:
+            relay.inward(port)
+        self.relays[n.name] = relay
+
+    def reach(self, ports: Sequence[int]) -> None:
+        """Let the isolated nodes reach this machine's 127.0.0.1:PORT for each of ``ports``
+        (the lab nodes' sshd, the stand-in repository), on the same port numbers."""
+        new = [p for p in ports if p not in self.reached]
+        self.reached += new
+        for relay in self.relays.values():
+            for port in new:
+                relay.inward(port)
+
+    @contextlib.contextmanager
+    def partitioned(self, name: str) -> Iterator[None]:
+        """Cut execution node ``name`` (one started isolated) off from everything while it
+        runs on: a DROP rule on the lo of its own network namespace, which every byte it
+        sends or receives crosses (tests/harness/netrelay.py). Healed on the way out."""
+        relay = self.relays.get(name)
+        if relay is None:
+            raise ValueError(f"{name} shares this machine's network: start it isolated "
+                             f"(exec_nodes(count, isolated=N)) to partition it")
+        with relay.partition():
+            yield
 
     def running(self, name: str) -> bool:
         proc = labmod.podman("container", "inspect", "--format", "{{.State.Running}}",
@@ -419,6 +474,9 @@ class ExecNodes:
         return proc.stdout.strip() == "true"
 
     def down(self) -> None:
+        for relay in self.relays.values():
+            relay.close()
+        self.relays.clear()
         for n in self.nodes:
             labmod.podman("rm", "-f", "-t", "0", n.container, check=False)
             runmod.release_ports(n.port)
@@ -439,8 +497,9 @@ class ExecNodesFactory:
         """The collection tarball built with ``collections`` (fixtures.private_collections)."""
         return next((self.collections.parent / "build").glob("gdsfleet-gds-*.tar.gz"))
 
-    def __call__(self, count: int = 2) -> ExecNodes:
-        if self.current is not None and len(self.current.nodes) == count:
+    def __call__(self, count: int = 2, isolated: int = 0) -> ExecNodes:
+        if self.current is not None and len(self.current.nodes) == count and sum(
+                n.isolated for n in self.current.nodes) == isolated:
             return self.current
         self.teardown()
         t0 = time.monotonic()
@@ -452,7 +511,7 @@ class ExecNodesFactory:
         self.current = ExecNodes(root, image, self.token)
         t0 = time.monotonic()
         try:
-            self.current.up(count, self.tarball())
+            self.current.up(count, self.tarball(), isolated)
         except BaseException:
             self.teardown()
             raise

@@ -268,9 +268,18 @@ class SSHRunner:
                             f"{self.node.name}: command ran past {timeout:.0f}s while sending "
                             f"its input: {_short_cmd(command)}"
                         )
-                    sent = chan.send(view[:32768])
+                    try:
+                        sent = chan.send(view[:32768])
+                    except OSError:
+                        if not chan.closed:
+                            raise
+                        break  # the command ended without reading it all: its output and
+                        # status below say why (an interpreter missing, a refusal)
+                    if sent == 0 and chan.closed:
+                        break  # the same, noticed by paramiko's send window
                     view = view[sent:]
-            chan.shutdown_write()
+            if not chan.closed:
+                chan.shutdown_write()
             chan.setblocking(False)
             # Read both streams to EOF, not merely until the exit status: sshd may send
             # exit-status while a background child still writes to the channel.

@@ -82,6 +82,21 @@ def test_runs_commands_over_one_connection(lab: dict) -> None:
     assert r.connect_attempts == 1
 
 
+def test_a_command_that_exits_before_reading_its_input_is_its_own_result(lab: dict) -> None:
+    """The I/O test sends its script on stdin to the node's interpreter; when that interpreter
+    is missing the command ends at once, sshd closes the channel, and our write failed with
+    "Socket is closed": the node came out as "connection lost" (unreachable) instead of the
+    command's own failure (seen in a fresh-clone run: a node whose verification runtime was
+    removed). What the command said and its status are the result."""
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    script = b"print('never read')\n" * 200_000  # 4 MB: more than the channel takes at once
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        res = r.run("echo 'no such interpreter' >&2; exit 127", timeout=30, stdin=script)
+        again = r.run("echo still here", timeout=10)  # the connection is fine
+    assert res.exit_status == 127 and res.stderr == "no such interpreter\n", res
+    assert again.stdout == "still here\n"
+
+
 def test_large_output_on_both_streams_is_drained(lab: dict) -> None:
     root, port, known = lab["root"], lab["port"], lab["known"]
     with SSHRunner(_node(port, root, known), _settings(root)) as r:

@@ -374,31 +374,16 @@ def test_killed_execution_node_mid_wave_is_redispatched_and_leaks_no_secret(env:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == Exit.OK, out[-6000:]
-    doc = json.loads(report.read_text())
+    doc = _succeeded_spending_no_budget(proc.returncode, out, report)
     run_id = doc["run_id"]
-    # no failure budget spent; every host with a final result
-    assert doc["status"] == "succeeded", doc
-    assert [(w["failures"], w["lost"], w["passed"]) for w in doc["waves"]] == [(0, 0, True)]
-    assert all(n["outcome"]["status"] in ("ok", "changed") for n in doc["nodes"]), doc["nodes"]
     with Ledger.open(ledger) as led:
         rows = led.dispatches(run_id)
         steps = led.node_steps(run_id)
     assert set(steps) == set(env.names) and all(
         s["step"] not in ("lost", "interrupted", "pending", "failed") for s in steps.values()
     ), steps
-    # lost -> (deadline waited: the node cannot be reached) -> redispatched to the survivor
-    dead = [r for r in rows if r["exec_node"] == name and r["detail"].get("redispatched_to")]
-    assert len(dead) == 1, rows
-    hist = dead[0]["detail"]["history"]
-    assert hist[:3] == ["dispatching", "running", "lost"] and hist[-1] == "redispatched", hist
-    assert "awaiting-deadline" in hist and "deadline-passed" in hist, hist
-    again = [r for r in rows if r["detail"].get("redispatch_of") == dead[0]["id"]]
-    assert len(again) == 1 and again[0]["exec_node"] != name and again[0]["state"] == "done"
-    assert sorted(again[0]["hosts"]) == sorted(lost_hosts)
-    # sent again only after the row's deadline
-    assert dead[0]["deadline"] and again[0]["created_at"][:19] >= dead[0]["deadline"][:19], (
-        dead, again)
+    dead, again = _sent_again_after_its_deadline(rows, name, lost_hosts)
+    assert "awaiting-deadline" in dead["detail"]["history"], dead
     _assert_no_overlap(env.intervals())
     # the canaries: sampled on both sides during the run, in no command line
     assert sampler.rounds > 20 and {"ansible-runner", "ansible-playbook"} <= sampler.saw
@@ -407,7 +392,7 @@ def test_killed_execution_node_mid_wave_is_redispatched_and_leaks_no_secret(env:
     for n in env.ex.nodes:
         if n.name != name:
             assert _canary_files(env, n.name) == [], n.name
-    print(f"\nexec node {name} killed {killed_at:.0f}; redispatched at {again[0]['created_at']}")
+    print(f"\nexec node {name} killed {killed_at:.0f}; redispatched at {again['created_at']}")
     # the killed node, started again, still holds the job folder its dead worker left (extra
     # vars included): its next job removes it (the coordinator test below checks that)
     env.ex.restart(name)
@@ -450,22 +435,12 @@ def test_partitioned_execution_node_waits_out_its_deadline(env: Env) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == Exit.OK, out[-6000:]
-    doc = json.loads(report.read_text())
-    run_id = doc["run_id"]
-    assert doc["status"] == "succeeded", doc
-    assert [(w["failures"], w["lost"], w["passed"]) for w in doc["waves"]] == [(0, 0, True)]
+    doc = _succeeded_spending_no_budget(proc.returncode, out, report)
     with Ledger.open(ledger) as led:
-        rows = led.dispatches(run_id)
-    (cut,) = [r for r in rows if r["exec_node"] == name and r["detail"].get("redispatched_to")]
-    hist = cut["detail"]["history"]
-    # not fenced (the node cannot be reached): the deadline waited for, then sent again
-    assert hist[:3] == ["dispatching", "running", "lost"] and hist[-1] == "redispatched", hist
-    assert "deadline-passed" in hist and "fenced" not in hist, hist
-    (again,) = [r for r in rows if r["detail"].get("redispatch_of") == cut["id"]]
-    assert again["exec_node"] != name and again["state"] == "done"
-    assert sorted(again["hosts"]) == sorted(cut_hosts)
-    assert cut["deadline"] and again["created_at"][:19] >= cut["deadline"][:19], (cut, again)
+        rows = led.dispatches(doc["run_id"])
+    cut, again = _sent_again_after_its_deadline(rows, name, cut_hosts)
+    # not fenced: the node could not be reached
+    assert "fenced" not in cut["detail"]["history"], cut
     # the partitioned node's play ran on past the cut: its end lines came after it
     spans = env.intervals()
     for host in cut_hosts:
@@ -494,6 +469,35 @@ def _lock_log(env: Env, name: str) -> list[dict[str, Any]]:
     """The node lock's log on lab node ``name`` (gdsfleet.gds.node_lock's default path)."""
     text = env.fleet.exec(name, "cat /run/gdsfleet/site-lock.log 2>/dev/null; true").stdout
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _succeeded_spending_no_budget(rc: int, out: str, report: Path) -> dict[str, Any]:
+    """The rollout's report, after checking that it exited 0 with every host's playbook ok or
+    changed and no failure budget spent."""
+    assert rc == Exit.OK, out[-6000:]
+    doc: dict[str, Any] = json.loads(report.read_text())
+    assert doc["status"] == "succeeded", doc
+    assert [(w["failures"], w["lost"], w["passed"]) for w in doc["waves"]] == [(0, 0, True)]
+    assert all(n["outcome"]["status"] in ("ok", "changed") for n in doc["nodes"]), doc["nodes"]
+    return doc
+
+
+def _sent_again_after_its_deadline(rows: list[dict[str, Any]], name: str, hosts: list[str]
+                                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dispatch of execution node ``name`` that was lost, its deadline waited for (the
+    node could not be reached), and sent once to another execution node only after that
+    deadline, which ran ``hosts`` to the end: (the lost row, the row that sent them again)."""
+    dead = [r for r in rows if r["exec_node"] == name and r["detail"].get("redispatched_to")]
+    assert len(dead) == 1, rows
+    hist = dead[0]["detail"]["history"]
+    assert hist[:3] == ["dispatching", "running", "lost"] and hist[-1] == "redispatched", hist
+    assert "deadline-passed" in hist, hist
+    again = [r for r in rows if r["detail"].get("redispatch_of") == dead[0]["id"]]
+    assert len(again) == 1 and again[0]["exec_node"] != name and again[0]["state"] == "done"
+    assert sorted(again[0]["hosts"]) == sorted(hosts)
+    assert dead[0]["deadline"] and again[0]["created_at"][:19] >= dead[0]["deadline"][:19], (
+        dead, again)
+    return dead[0], again[0]
 
 
 def _canary_files(env: Env, name: str) -> list[str]:

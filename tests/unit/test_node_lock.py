@@ -65,16 +65,15 @@ def _alive(pid: int) -> bool:
         return fh.read().split(") ", 1)[1][0] != "Z"
 
 
-@pytest.fixture(scope="module")
-def cases(private_collections: Path, tmp_path_factory: pytest.TempPathFactory
-          ) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("nodelock")
-    (tmp / "cases.yml").write_text(CASES)
+def _play(play: str, collections: Path, tmp: Path) -> dict[str, Any]:
+    """Run ``play`` (its lock files under ``tmp``) on this machine: each task's result by task
+    name, the lock's log, the folder and the exit code."""
+    (tmp / "play.yml").write_text(play)
     proc = subprocess.run(
         [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         str(tmp / "cases.yml"), "-e", f"dir={tmp}",
+         str(tmp / "play.yml"), "-e", f"dir={tmp}",
          "-e", f"ansible_python_interpreter={sys.executable}"],
-        cwd=tmp, env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(private_collections),
+        cwd=tmp, env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(collections),
                       "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1"},
         capture_output=True, text=True, timeout=300, check=False)
     doc = json.loads(proc.stdout)
@@ -82,6 +81,12 @@ def cases(private_collections: Path, tmp_path_factory: pytest.TempPathFactory
                for play in doc["plays"] for t in play["tasks"]}
     log = [json.loads(x) for x in (tmp / "site-lock.log").read_text().splitlines()]
     return {"r": results, "log": log, "dir": tmp, "rc": proc.returncode}
+
+
+@pytest.fixture(scope="module")
+def cases(private_collections: Path, tmp_path_factory: pytest.TempPathFactory
+          ) -> dict[str, Any]:
+    return _play(CASES, private_collections, tmp_path_factory.mktemp("nodelock"))
 
 
 def test_a_second_run_is_refused_naming_the_holder(cases: dict[str, Any]) -> None:
@@ -223,20 +228,7 @@ TAKEOVER = """
 @pytest.fixture(scope="module")
 def takeover(private_collections: Path, tmp_path_factory: pytest.TempPathFactory
              ) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("takeover")
-    (tmp / "takeover.yml").write_text(TAKEOVER)
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         str(tmp / "takeover.yml"), "-e", f"dir={tmp}",
-         "-e", f"ansible_python_interpreter={sys.executable}"],
-        cwd=tmp, env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(private_collections),
-                      "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1"},
-        capture_output=True, text=True, timeout=300, check=False)
-    doc = json.loads(proc.stdout)
-    results = {t["task"]["name"]: t["hosts"]["localhost"]
-               for play in doc["plays"] for t in play["tasks"]}
-    log = [json.loads(x) for x in (tmp / "site-lock.log").read_text().splitlines()]
-    return {"r": results, "log": log, "dir": tmp}
+    return _play(TAKEOVER, private_collections, tmp_path_factory.mktemp("takeover"))
 
 
 def test_a_takeover_waits_for_the_fenced_plays_work_to_end(takeover: dict[str, Any]) -> None:

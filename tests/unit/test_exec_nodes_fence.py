@@ -12,9 +12,11 @@ from __future__ import annotations
 import calendar
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -156,6 +158,53 @@ def test_worker_side_sweep_stops_the_jobs_ssh_control_masters(tmp_path: Path) ->
     # before: the master stayed (its environment shows no token), with its dead connection
     assert not Path(f"/proc/{pid}").exists() or _zombie(pid), pid
     assert control_dir(token) in sweep_command(token)
+
+
+@needs_sshd
+def test_a_real_openssh_control_master_hides_the_token_and_the_sweep_still_stops_it(
+        lab: dict[str, Any], tmp_path: Path) -> None:
+    """The upstream fact the sweep's second test rests on, checked against this machine's real
+    OpenSSH: a ControlPersist master titles itself ``setproctitle("%s [mux]",
+    options.control_path)`` (openssh/openssh-portable, ssh.c, control_persist_detach; this
+    machine's OpenSSH is 9.2p1, Debian 12's), and on Linux that title is written over the argv
+    and environment area (openbsd-compat/setproctitle.c, SPT_REUSEARGV), so /proc/PID/environ no
+    longer shows the token the master started with. Its command line names its control
+    folder, and the job's sweep stops it by that."""
+    from provisioner.rollout.executors.fence import control_dir, sweep_command
+
+    token = "run4.2.5eed"  # noqa: S105 - a tag
+    root: Path = lab["root"]
+    port = lab["ports"][0]
+    pub = (root / "host_key.pub").read_text().split()
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    short = Path(tempfile.mkdtemp(prefix="gf", dir="/tmp"))  # a socket path has 108 bytes
+    cp = short / control_dir(token)
+    cp.mkdir(mode=0o700)
+    argv = ["ssh", "-F", "none", "-i", str(root / "client_key"), "-p", str(port),
+            "-o", f"UserKnownHostsFile={kh}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", "ControlPersist=120",
+            "-o", f"ControlPath={cp}/m", "root@127.0.0.1", "true"]
+    proc = subprocess.run(argv, env={**os.environ, guard.TOKEN_ENV: token}, check=False,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    masters = pids_where(lambda a: a[0].startswith(f"ssh: {cp}/".encode()))
+    try:
+        assert len(masters) == 1, masters
+        # the token it started with is gone from its environment: what made the sweep miss it
+        assert masters[0] not in guard.tagged(token)
+        out = subprocess.run(["sh", "-c", sweep_command(token, 3)], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        assert '"killed": 1' in out and '"left": 0' in out, out
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{masters[0]}").exists() and not _zombie(masters[0]):
+            assert time.monotonic() < deadline, "the master survived the sweep"
+            time.sleep(0.05)
+    finally:
+        for pid in masters:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _sq(text: str) -> str:

@@ -230,9 +230,22 @@ def test_worker_side_removes_job_folders_that_dead_workers_left(tmp_path: Path) 
     stale = work / "shard.deadAAAA"
     (stale / "env").mkdir(parents=True)
     (stale / "env" / "extravars").write_text(f'{{"api_token": "{CANARY}"}}')
+    # the dead job's ssh control folder (its masters' sockets), named in its lock file
+    (work / "shard.deadAAAA.lock").write_text("cp.dead0001\n")
+    (work / "cp.dead0001").mkdir()
+    (work / "cp.dead0001" / "3c1a2b").write_text("")
+    # a lock whose folder is gone (worker --delete) naming a control folder, and one whose
+    # name is not ours: nothing outside the workdir's cp.* folders is removed
+    (work / "shard.goneCCCC.lock").write_text("cp.gone0002\n")
+    (work / "cp.gone0002").mkdir()
+    (work / "shard.evilDDDD").mkdir()
+    (work / "shard.evilDDDD.lock").write_text("cp./../keep\n")
+    (tmp_path / "keep").mkdir()
     live = work / "shard.liveBBBB"
     live.mkdir()
     lock = work / "shard.liveBBBB.lock"
+    lock.write_text("cp.live0003\n")
+    (work / "cp.live0003").mkdir()
     holder = subprocess.Popen(["flock", str(lock), "sleep", "60"])  # a job that still runs
     try:
         _wait_for(lambda: _locked(lock), 10)
@@ -244,6 +257,11 @@ def test_worker_side_removes_job_folders_that_dead_workers_left(tmp_path: Path) 
         assert live.is_dir()
         assert sorted(p.name for p in work.iterdir() if p.name.startswith("shard.")) == [
             live.name, lock.name]
+        # the dead jobs' control folders went with them; the live job's and this job's own
+        # (removed at its end) are not left behind, and the hostile name removed nothing
+        assert sorted(p.name for p in work.iterdir() if p.name.startswith("cp.")) == [
+            "cp.live0003"]
+        assert (tmp_path / "keep").is_dir()
     finally:
         holder.kill()
         holder.wait()

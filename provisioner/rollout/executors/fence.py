@@ -93,13 +93,17 @@ def job_folder_shell(base: str) -> str:
     it, so each job holds an ``flock`` on ``<folder>.lock`` while its wrapper or worker lives
     (the kernel drops it when they end, however they end; the file, not the folder, since
     ``worker --delete`` replaces the folder), and each new job first removes the folders whose
-    lock is free: those whose job is gone. Creating a folder and locking it happen under a
+    lock is free: those whose job is gone, with the ssh control folder the lock file names. Creating a folder and locking it happen under a
     lock of the workdir, so a job starting beside another never takes the other's new folder
     for a dead one. Without ``flock`` (util-linux) on the node, nothing is removed."""
+    # a free lock: remove the folder, the ssh control folder its job named in the lock file
+    # (worker_script; checked to be one of ours before it is removed) and the lock
+    gone = ("sh -c 'c=$(head -c 64 \"$1\"); case $c in cp.*[!A-Za-z0-9_:-]*) ;; cp.?*) "
+            "rm -rf \"${1%/*}/$c\";; esac; rm -rf \"${1%.lock}\" \"$1\"' _")
     return (f"umask 077 && mkdir -p {base} || exit 1; F=$(command -v flock) || F=; "
             + f"if [ -n \"$F\" ]; then exec 8>>{base}/.lock && \"$F\" 8 && for o in "
             + f"{base}/shard.*; do case $o in *.lock) [ -d \"${{o%.lock}}\" ] || \"$F\" -n "
-            + "\"$o\" rm -f \"$o\";; *) [ -d \"$o\" ] && \"$F\" -n \"$o.lock\" rm -rf \"$o\" "
+            + f"\"$o\" {gone} \"$o\";; *) [ -d \"$o\" ] && \"$F\" -n \"$o.lock\" {gone} "
             + "\"$o.lock\";; esac; done; fi 2>/dev/null; "
             + f"D=$(mktemp -d {base}/shard.XXXXXXXX) || exit 1; "
             + "if [ -n \"$F\" ]; then exec 9>>\"$D.lock\" && \"$F\" -n 9; exec 8>&-; fi; ")
@@ -127,7 +131,9 @@ def worker_script(run_worker: str, token: str, seconds: int | None) -> str:
     tok = shlex.quote(check_token(token))
     limit = (f"timeout --kill-after={KILL_AFTER_S} {max(1, int(seconds))} " if seconds else "")
     # the job's own ssh control folder, beside its job folder (control_dir)
-    cp = f"C=\"${{D%/*}}/{control_dir(token)}\"; "
+    # (named in the job's lock file too, so a later job removes it if this one dies unswept)
+    cp = (f"C=\"${{D%/*}}/{control_dir(token)}\"; "
+          f"echo {control_dir(token)} >>\"$D.lock\" 2>/dev/null; ")
     return (f"{cp}ANSIBLE_SSH_CONTROL_PATH_DIR=\"$C\" {TOKEN_ENV}={tok} {limit}{run_worker}; "
             f"rc=$?; {sweep_command(token, 3)} >/dev/null 2>&1; "
             f"rm -rf \"$D\" \"$D.lock\" \"$C\"; exit $rc")

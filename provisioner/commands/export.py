@@ -36,7 +36,6 @@ from provisioner.envfile import _DOTENV_BARE, _printable, render_env, safe_env
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.store.location import display_url, resolve_ledger
-from provisioner.store.queries import LedgerQueries
 from provisioner.verify import proof
 from provisioner.verify.model import NodeReport
 
@@ -227,6 +226,8 @@ def _states(args: argparse.Namespace, names: Sequence[str]) -> tuple[list[NodeSt
     shown = display_url(location)
     max_age = parse_age(args.max_age)
     now = utc_now()
+    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
+
     with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
         if len(names) == 1:
             rec = ledger.latest_for(names[0])

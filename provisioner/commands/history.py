@@ -12,7 +12,6 @@ from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
 from provisioner.sanitize import printable
 from provisioner.store.location import display_url, resolve_ledger
-from provisioner.store.queries import LedgerQueries
 
 HELP = "compliance history of one node"
 MAX_LIMIT = 1_000_000
@@ -31,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIMIT:  # SQLite's integers stop at 2**63
         raise UsageError(f"--limit must be at least 1 and at most {MAX_LIMIT} (got {args.limit})")
     location = resolve_ledger(args.ledger, args.inventory)
+    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
+
     with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)
     if args.json:

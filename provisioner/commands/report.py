@@ -15,7 +15,6 @@ from provisioner.commands.status import add_ledger_arguments
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.store.location import display_url, resolve_ledger
-from provisioner.store.queries import LedgerQueries
 
 HELP = "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile"
 
@@ -42,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_path("--html", args.html, stdout_ok=False)
     check_prom_dir(args.prom_textfile)
     location = resolve_ledger(args.ledger, args.inventory)
+    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
+
     with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
         run_id = args.run_id
         if run_id == "latest":

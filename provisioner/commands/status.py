@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT, node_result
 from provisioner.sanitize import printable
 from provisioner.store.location import display_url, resolve_ledger
-from provisioner.store.queries import LedgerQueries
 from provisioner.verify import proof
 from provisioner.verify.model import IoTestResult
+
+if TYPE_CHECKING:
+    from provisioner.store.queries import LedgerQueries
 
 HELP = "latest compliance state of every node in the ledger"
 
@@ -41,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def open_ledger(args: argparse.Namespace) -> LedgerQueries:
+    from provisioner.store.queries import LedgerQueries
+
     return LedgerQueries.open(resolve_ledger(args.ledger, args.inventory), read_only=True)
 
 
@@ -81,6 +85,8 @@ def _row(x: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
+    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
+
     with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
         rows = [_row(x) for x in ledger.latest()]
     if args.drift:

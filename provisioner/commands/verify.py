@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
@@ -24,8 +24,11 @@ from provisioner.reports import write_json, write_junit
 from provisioner.reports.model import RESULT_COMPLIANT, build_report, exit_code, node_result
 from provisioner.reports.terminal import render
 from provisioner.sanitize import printable
-from provisioner.store import Ledger, display_url, fleet_id, new_run_id, resolve_ledger, utcnow
+from provisioner.store import display_url, fleet_id, new_run_id, resolve_ledger, utcnow
 from provisioner.verify.usecase import NodeRequest, internal_error, unreachable_doc, verify_one
+
+if TYPE_CHECKING:
+    from provisioner.store import Ledger
 
 HELP = "prove node by node that GPUDirect Storage takes the direct path"
 
@@ -240,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
     location: str | None = None
     if not args.no_ledger:
         location = resolve_ledger(args.ledger, None if args.local else args.inventory)
+        from provisioner.store import Ledger  # SQLAlchemy only when recording
+
         ledger = Ledger.open(location)
         from provisioner.rollout.artifacts import scrub_beside_ledger
 

@@ -17,7 +17,10 @@ read-only commands open :class:`~provisioner.store.queries.LedgerQueries`.
 
 from __future__ import annotations
 
-from provisioner.store.engine import BUSY_TIMEOUT_MS, _short
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from provisioner.store.ids import new_run_id, utcnow
 from provisioner.store.location import (
     ENV_LEDGER,
     default_ledger,
@@ -25,29 +28,59 @@ from provisioner.store.location import (
     fleet_id,
     resolve_ledger,
 )
-from provisioner.store.queries import LedgerQueries
-from provisioner.store.schema import (
-    SCHEMA_VERSION,
-    STEPS,
-    _dumps,
-    _loads,
-    _text,
-    check_results,
-    dispatches,
-    ledger_meta,
-    metadata,
-    new_run_id,
-    node_steps,
-    runs,
-    step_events,
-    utcnow,
-    verifications,
-)
-from provisioner.store.writes import LedgerWrites
+
+if TYPE_CHECKING:
+    from provisioner.store.engine import BUSY_TIMEOUT_MS, _short
+    from provisioner.store.queries import LedgerQueries
+    from provisioner.store.schema import (
+        SCHEMA_VERSION,
+        STEPS,
+        _dumps,
+        _loads,
+        _text,
+        check_results,
+        dispatches,
+        ledger_meta,
+        metadata,
+        node_steps,
+        runs,
+        step_events,
+        verifications,
+    )
+    from provisioner.store.writes import LedgerWrites
+
+    class Ledger(LedgerWrites, LedgerQueries):
+        """The compliance ledger. Open with :meth:`Ledger.open`; thread-safe."""
 
 
-class Ledger(LedgerWrites, LedgerQueries):
-    """The compliance ledger. Open with :meth:`Ledger.open`; thread-safe."""
+# Names from the modules that import SQLAlchemy (about 0.2 CPU-s to import) are loaded when
+# first used (PEP 562), so a command run without a ledger (``verify --no-ledger``, ``verify
+# --local`` writing only a report) never pays for them.
+_LAZY = {
+    "BUSY_TIMEOUT_MS": "engine", "_short": "engine",
+    "LedgerQueries": "queries", "LedgerWrites": "writes",
+    **dict.fromkeys(("SCHEMA_VERSION", "STEPS", "_dumps", "_loads", "_text", "check_results",
+                     "dispatches", "ledger_meta", "metadata", "node_steps", "runs", "step_events",
+                     "verifications"), "schema"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Ledger":
+        from provisioner.store.queries import LedgerQueries
+        from provisioner.store.writes import LedgerWrites
+
+        cls = type("Ledger", (LedgerWrites, LedgerQueries), {
+            "__doc__": "The compliance ledger. Open with :meth:`Ledger.open`; thread-safe.",
+            "__module__": __name__})
+        globals()["Ledger"] = cls
+        return cls
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -6,9 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 ENV_LEDGER = "GDSFLEET_LEDGER"
 
 
@@ -53,6 +50,10 @@ def display_url(url_or_path: str) -> str:
 
     if "://" not in url_or_path:
         return redact_text(url_or_path)
+    # SQLAlchemy only for a URL: a command run without a ledger never imports it
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return redact_text(make_url(url_or_path).render_as_string(hide_password=True))
     except ArgumentError:

@@ -21,8 +21,6 @@ untouched (:func:`schema_version`).
 from __future__ import annotations
 
 import json
-import secrets
-from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
@@ -42,6 +40,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from provisioner.errors import LedgerError
+from provisioner.store.ids import new_run_id as new_run_id
+from provisioner.store.ids import utcnow as utcnow
 from provisioner.store.location import ENV_LEDGER
 
 SCHEMA_VERSION = 1
@@ -160,16 +160,6 @@ dispatches = Table(
 _OPTIONAL_TABLES = frozenset({"dispatches"})
 
 _APPEND_ONLY = ("verifications", "check_results", "step_events")
-
-
-def utcnow() -> str:
-    """Timestamps are UTC ISO-8601 strings of fixed width: they sort as text on any backend."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def new_run_id() -> str:
-    """Time-ordered, unique run id, e.g. ``20261122T050233Z-3f9a1c``."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + secrets.token_hex(3)
 
 
 def _dumps(value: Any) -> str:

@@ -121,6 +121,9 @@ def test_exec_start_by_hand_writes_the_textfile_and_drift(node: dict[str, Any]) 
 
 def test_disabled_removes_units_and_the_stale_textfile(node: dict[str, Any]) -> None:
     tmp, variables = node["tmp"], dict(node["vars"], node_exporter_textfile_enabled=False)
+    if not (tmp / "units").is_dir():  # run alone: install the units first, as the tests above do
+        assert _play(tmp, node["vars"]).returncode == 0
+    assert any((tmp / "units").iterdir())
     prom = Path(variables["node_exporter_textfile_dir"]) / "gdsfleet.prom"
     prom.parent.mkdir(parents=True, exist_ok=True)
     prom.touch()

@@ -93,9 +93,10 @@ def job_folder_shell(base: str) -> str:
     it, so each job holds an ``flock`` on ``<folder>.lock`` while its wrapper or worker lives
     (the kernel drops it when they end, however they end; the file, not the folder, since
     ``worker --delete`` replaces the folder), and each new job first removes the folders whose
-    lock is free: those whose job is gone, with the ssh control folder the lock file names. Creating a folder and locking it happen under a
-    lock of the workdir, so a job starting beside another never takes the other's new folder
-    for a dead one. Without ``flock`` (util-linux) on the node, nothing is removed."""
+    lock is free: those whose job is gone, with the ssh control folder the lock file names.
+    Creating a folder and locking it happen under a lock of the workdir, so a job starting
+    beside another never takes the other's new folder for a dead one. Without ``flock``
+    (util-linux) on the node, nothing is removed."""
     # a free lock: remove the folder, the ssh control folder its job named in the lock file
     # (worker_script; checked to be one of ours before it is removed) and the lock
     gone = ("sh -c 'c=$(head -c 64 \"$1\"); case $c in cp.*[!A-Za-z0-9_:-]*) ;; cp.?*) "

@@ -7,10 +7,11 @@ site, a rack) goes to one execution node; a host without the variable is placed 
 
 Rendezvous hashing with bounded loads: each execution node takes at most ``ceil(hosts / K)``
 hosts, and a host (or a rack) goes to the first execution node of its own hash order that has
-room; a rack larger than that has an execution node to itself. A wave lasts as long as its largest shard, so shards are as even as the hosts allow
-(plain rendezvous hashing gave 53, 46, 47 and 54 of 200 hosts on four execution nodes: the wave
-took 27% of the K=1 time instead of 25%). Removing an execution node still moves mostly its own
-hosts; a few others move to make room.
+room; a rack larger than that has an execution node to itself. A wave lasts as long as its
+largest shard, so shards are as even as the hosts allow (plain rendezvous hashing gave 53, 46,
+47 and 54 of 200 hosts on four execution nodes: the wave took 27% of the K=1 time instead of
+25%). Removing an execution node still moves mostly its own hosts; a few others move to make
+room.
 """
 
 from __future__ import annotations

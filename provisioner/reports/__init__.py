@@ -20,7 +20,25 @@ from provisioner.reports.files import atomic_write, safe_document, umask_mode
 
 
 def to_json(doc: Mapping[str, Any]) -> str:
-    return json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+    """The report as JSON text: indented, but each entry of ``nodes`` on one line of its own.
+
+    ``json.dumps`` with ``indent`` runs Python's pure-Python encoder (the C one only serves
+    ``indent=None``): a 64-node verify report (5 MB) took 81 ms indented and 20 ms on one
+    line, a fifth of the controller CPU that writing the report costs per node. One node per
+    line also lets ``grep`` and ``diff`` work node by node; ``jq .`` indents it all."""
+    nodes = doc.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        return json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"
+    parts = []
+    for key, value in doc.items():
+        name = json.dumps(key if isinstance(key, str) else str(key))
+        if key == "nodes":
+            lines = ",\n".join("    " + json.dumps(node, default=str) for node in nodes)
+            parts.append(f"  {name}: [\n{lines}\n  ]")
+        else:
+            text = json.dumps(value, indent=2, sort_keys=False, default=str)
+            parts.append(f"  {name}: " + text.replace("\n", "\n  "))
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def write_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:

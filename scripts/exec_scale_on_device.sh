@@ -74,7 +74,10 @@ if ! "$PY" -m venv "$VENV" >> "$probe" 2>&1; then
 else
   PIP=("$VENV/bin/python" -m pip)
 fi
-"${PIP[@]}" install -q --no-index --no-deps --no-compile --no-cache-dir "$CARRY"/wheels/*.whl \
+# with their bytecode, as pip installs by default: the coordinators of the bench run with
+# PYTHONDONTWRITEBYTECODE, and without it every run compiled ansible-core, SQLAlchemy and the
+# rest again (1.2 CPU-s a run, counted as coordinator CPU)
+"${PIP[@]}" install -q --no-index --no-deps --no-cache-dir "$CARRY"/wheels/*.whl \
   >> "$probe" 2>&1 || { echo "FAILED: installing the carried wheels" | tee -a "$probe"; exit 70; }
 "${PIP[@]}" install -q --no-index --no-deps --no-build-isolation --no-cache-dir . \
   >> "$probe" 2>&1 || { echo "FAILED: installing the provisioner from the tree" | tee -a "$probe"; exit 70; }

@@ -125,6 +125,28 @@ class NodeSteps:
                 node.reason = message
         self.obs.node(name, step, message)
 
+    def _steps(self, items: Sequence[tuple[str, Mapping[str, Any] | None]], step: str,
+               wave: int, message: str = "") -> None:
+        """:meth:`_step` for several nodes (``(name, detail)``) in one ledger transaction."""
+        if len(items) == 1 or not hasattr(self.ledger, "set_steps"):  # test doubles: one by one
+            for name, detail in items:
+                self._step(name, step, wave, detail, message)
+            return
+        msg = _clean_step(None, message)[1]
+        cleaned = [(name, {**_clean_step(detail, "")[0], "failure": None})
+                   for name, detail in items]
+        with self._lock:
+            self._writer.flush()  # results queued for these nodes land before their next step
+            self.ledger.set_steps(self.run_id, [(n, step, d) for n, d in cleaned], wave=wave)
+            for name, _d in cleaned:
+                node = self.nodes[name]
+                node.step = step
+                node.failure = None
+                if msg:
+                    node.reason = msg
+        for name, _d in cleaned:
+            self.obs.node(name, step, msg)
+
     def _record(self, report: Mapping[str, Any], step: str | None, wave: int,
                 detail: Mapping[str, Any] | None = None, message: str = "",
                 failure: str | None = None) -> None:
@@ -181,8 +203,7 @@ class NodeSteps:
         # reconcile: nodes the ledger says are compliant are verified, not re-provisioned
         if check_first:
             if self.opts.verify:
-                for name in check_first:
-                    self._step(name, VERIFYING, w, {"action": "verify-only"})
+                self._steps([(n, {"action": "verify-only"}) for n in check_first], VERIFYING, w)
 
                 def on_check(rep: dict[str, Any]) -> None:
                     name = str(rep.get("name"))
@@ -200,10 +221,9 @@ class NodeSteps:
 
                 self._verify(check_first, cheap=False, on_report=on_check)
             else:
-                for name in check_first:
-                    self._step(name, SKIPPED, w,
-                               {"reason": "compliant in the ledger; verification off"},
-                               "compliant in the ledger; verification off")
+                self._steps([(n, {"reason": "compliant in the ledger; verification off"})
+                             for n in check_first], SKIPPED, w,
+                            "compliant in the ledger; verification off")
 
         if not to_provision:
             return
@@ -221,8 +241,7 @@ class NodeSteps:
         if not ready:
             return
         self._changed_since_gate = True
-        for name in ready:
-            self._step(name, PROVISIONING, w, {"action": "provision"})
+        self._steps([(n, {"action": "provision"}) for n in ready], PROVISIONING, w)
         t0 = time.monotonic()
 
         def on_event(host: str, kind: str, task: str) -> None:
@@ -253,18 +272,17 @@ class NodeSteps:
         if not provisioned:
             return
         if not self.opts.verify:
+            self._steps([(n, {"reason": "provisioned; verification off",
+                              "outcome": self.nodes[n].outcome}) for n in provisioned],
+                        SKIPPED, w, "provisioned; verification off (--no-verify)")
             for name in provisioned:
-                self._step(name, SKIPPED, w,
-                           {"reason": "provisioned; verification off",
-                            "outcome": self.nodes[name].outcome},
-                           "provisioned; verification off (--no-verify)")
                 self._resume_hook(name)
             return
         self._verify_after_change(provisioned, w, rebooted=False)
 
     def _verify_after_change(self, hosts: Sequence[str], w: int, *, rebooted: bool) -> None:
-        for name in hosts:
-            self._step(name, VERIFYING, w, {"after": "reboot" if rebooted else "provision"})
+        self._steps([(n, {"after": "reboot" if rebooted else "provision"}) for n in hosts],
+                    VERIFYING, w)
         to_reboot: list[str] = []
 
         def on_report(rep: dict[str, Any]) -> None:

@@ -132,7 +132,22 @@ class LedgerWrites(LedgerBase):
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         with self._write() as conn:
-            self._set_step(conn, run_id, node, step, wave, detail, utcnow())
+            self._set_steps(conn, run_id, [(node, step, detail)], wave, utcnow())
+
+    def set_steps(
+        self,
+        run_id: str,
+        steps: Sequence[tuple[str, str, Mapping[str, Any] | None]],
+        *,
+        wave: int | None = None,
+    ) -> None:
+        """Several nodes' ``(node, step, detail)`` in one transaction: the hosts of a batch
+        move together (all provisioning before their playbook, all provisioned after it), and
+        a commit per host was most of the coordinator's CPU per host (1.1 ms each, three per
+        host, in a 300-host rollout's profile)."""
+        if steps:
+            with self._write() as conn:
+                self._set_steps(conn, run_id, steps, wave, utcnow())
 
     def _set_step(
         self,
@@ -144,29 +159,37 @@ class LedgerWrites(LedgerBase):
         detail: Mapping[str, Any] | None,
         now: str,
     ) -> None:
-        if step not in STEPS and step != "verified":
-            raise LedgerError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
-        values = {
-            "run_id": run_id,
-            "node": node,
-            "wave": wave,
-            "step": step,
-            "updated_at": now,
-            "detail_json": _dumps(dict(detail or {})),
-        }
+        self._set_steps(conn, run_id, [(node, step, detail)], wave, now)
+
+    def _set_steps(
+        self,
+        conn: Connection,
+        run_id: str,
+        steps: Sequence[tuple[str, str, Mapping[str, Any] | None]],
+        wave: int | None,
+        now: str,
+    ) -> None:
+        rows = []
+        for node, step, detail in steps:
+            if step not in STEPS and step != "verified":
+                raise LedgerError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
+            rows.append({"run_id": run_id, "node": node, "wave": wave, "step": step,
+                         "updated_at": now, "detail_json": _dumps(dict(detail or {}))})
         stmt: Any
         if self._sqlite:
             from sqlalchemy.dialects.sqlite import insert as dialect_insert
         else:
             from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
-        stmt = dialect_insert(node_steps).values(**values)
-        changes = {"step": step, "updated_at": now, "detail_json": values["detail_json"]}
+        stmt = dialect_insert(node_steps)
+        changes = {"step": stmt.excluded.step, "updated_at": stmt.excluded.updated_at,
+                   "detail_json": stmt.excluded.detail_json}
         if wave is not None:
-            changes["wave"] = wave
-        stmt = stmt.on_conflict_do_update(index_elements=["run_id", "node"], set_=changes)
-        conn.execute(stmt)
-        event_row = {k: v for k, v in values.items() if k != "updated_at"}
-        conn.execute(insert(step_events).values(**event_row, at=now))
+            changes["wave"] = stmt.excluded.wave
+        conn.execute(stmt.on_conflict_do_update(index_elements=["run_id", "node"], set_=changes),
+                     rows)
+        conn.execute(insert(step_events),
+                     [{**{k: v for k, v in r.items() if k != "updated_at"}, "at": now}
+                      for r in rows])
 
     def record_dispatch(self, run_id: str, wave: int, shard: int, exec_node: str, token: str,
                         deadline: str | None, state: str, hosts: Sequence[str]) -> int:

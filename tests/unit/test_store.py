@@ -169,6 +169,27 @@ def test_steps_upsert_and_events(ledger: Ledger) -> None:
         ledger.finish_run("nope", "done")
 
 
+def test_set_steps_writes_a_batch_in_one_transaction(ledger: Ledger) -> None:
+    """A batch of hosts moving together: one upsert and one event each, new and known nodes
+    alike, the wave kept where none is given; a bad step writes none of the batch."""
+    run = ledger.start_run("rollout", "/inv/prod")
+    ledger.set_step(run, "gpu-01", "pending", wave=1)
+    ledger.set_steps(run, [("gpu-01", "provisioning", {"action": "provision"}),
+                           ("gpu-02", "provisioning", None)], wave=1)
+    ledger.set_steps(run, [("gpu-01", "skipped", {"reason": "r1"}),
+                           ("gpu-02", "failed", {"reason": "r2"})])
+    steps = ledger.node_steps(run)
+    assert {n: (s["step"], s["wave"], s["detail"]) for n, s in steps.items()} == {
+        "gpu-01": ("skipped", 1, {"reason": "r1"}), "gpu-02": ("failed", 1, {"reason": "r2"})}
+    assert [e["step"] for e in ledger.step_events(run, "gpu-01")] == [
+        "pending", "provisioning", "skipped"]
+    assert [e["step"] for e in ledger.step_events(run, "gpu-02")] == ["provisioning", "failed"]
+    with pytest.raises(LedgerError, match="unknown step"):
+        ledger.set_steps(run, [("gpu-01", "compliant", None), ("gpu-02", "nope", None)])
+    assert ledger.node_steps(run)["gpu-01"]["step"] == "skipped"
+    ledger.set_steps(run, [])
+
+
 def test_concurrent_writers(ledger: Ledger) -> None:
     run = ledger.start_run("verify", "/f")
     errors: list[BaseException] = []

@@ -45,27 +45,11 @@ def seed_pending(ledger: Any, run_id: str, plan: Plan) -> None:
     ]
     if not rows:
         return
-    if getattr(ledger, "engine", None) is None:  # test doubles: one write per node
+    if hasattr(ledger, "set_steps"):
+        ledger.set_steps(run_id, [(r["node"], "pending", r["wave"], r["detail"]) for r in rows])
+    else:  # test doubles: one write per node
         for r in rows:
             ledger.set_step(run_id, r["node"], "pending", wave=r["wave"], detail=r["detail"])
-        return
-    store = _store()
-    now = store.utcnow()
-    steps = [
-        {
-            "run_id": run_id,
-            "node": r["node"],
-            "wave": r["wave"],
-            "step": "pending",
-            "updated_at": now,
-            "detail_json": store._dumps(r["detail"]),
-        }
-        for r in rows
-    ]
-    events = [{k: v for k, v in s.items() if k != "updated_at"} | {"at": now} for s in steps]
-    with _writer(ledger).begin() as conn:
-        conn.execute(insert(store.node_steps), steps)
-        conn.execute(insert(store.step_events), events)
 
 
 def latest_states(ledger: Any) -> dict[str, dict[str, Any]]:

@@ -113,38 +113,29 @@ class NodeSteps:
     # ------------------------------------------------------------------ helpers
     def _step(self, name: str, step: str, wave: int, detail: Mapping[str, Any] | None = None,
               message: str = "", failure: str | None = None) -> None:
-        detail, message = _clean_step(detail, message)
-        with self._lock:
-            self._writer.flush()  # results queued for this node land before its next step
-            self.ledger.set_step(self.run_id, name, step, wave=wave,
-                                 detail={**dict(detail or {}), "failure": failure})
-            node = self.nodes[name]
-            node.step = step
-            node.failure = failure
-            if message:
-                node.reason = message
-        self.obs.node(name, step, message)
+        self._steps([(name, detail)], step, wave, message, failure)
 
     def _steps(self, items: Sequence[tuple[str, Mapping[str, Any] | None]], step: str,
-               wave: int, message: str = "") -> None:
-        """:meth:`_step` for several nodes (``(name, detail)``) in one ledger transaction."""
-        if len(items) == 1 or not hasattr(self.ledger, "set_steps"):  # test doubles: one by one
-            for name, detail in items:
-                self._step(name, step, wave, detail, message)
-            return
+               wave: int, message: str = "", failure: str | None = None) -> None:
+        """Nodes (``(name, detail)``) to ``step``, in one ledger transaction: the hosts of a
+        batch move together."""
         msg = _clean_step(None, message)[1]
-        cleaned = [(name, {**_clean_step(detail, "")[0], "failure": None})
-                   for name, detail in items]
+        rows = [(name, step, wave, {**_clean_step(detail, "")[0], "failure": failure})
+                for name, detail in items]
         with self._lock:
             self._writer.flush()  # results queued for these nodes land before their next step
-            self.ledger.set_steps(self.run_id, [(n, step, d) for n, d in cleaned], wave=wave)
-            for name, _d in cleaned:
+            if hasattr(self.ledger, "set_steps"):
+                self.ledger.set_steps(self.run_id, rows)
+            else:  # test doubles: one write per node
+                for name, _s, _w, detail in rows:
+                    self.ledger.set_step(self.run_id, name, step, wave=wave, detail=detail)
+            for name, *_ in rows:
                 node = self.nodes[name]
                 node.step = step
-                node.failure = None
+                node.failure = failure
                 if msg:
                     node.reason = msg
-        for name, _d in cleaned:
+        for name, *_ in rows:
             self.obs.node(name, step, msg)
 
     def _record(self, report: Mapping[str, Any], step: str | None, wave: int,

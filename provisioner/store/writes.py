@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import insert, update
+from sqlalchemy import func, insert, update
 from sqlalchemy.engine import Connection
 
 from provisioner.errors import LedgerError
@@ -119,7 +119,7 @@ class LedgerWrites(LedgerBase):
             if rows:
                 conn.execute(insert(check_results), rows)
             if step is not None:
-                self._set_step(conn, run_id, name, step, wave, detail, now)
+                self._set_steps(conn, run_id, [(name, step, wave, detail)], now)
         return int(vid)
 
     def set_step(
@@ -131,46 +131,31 @@ class LedgerWrites(LedgerBase):
         wave: int | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> None:
-        with self._write() as conn:
-            self._set_steps(conn, run_id, [(node, step, detail)], wave, utcnow())
+        self.set_steps(run_id, [(node, step, wave, detail)])
 
     def set_steps(
         self,
         run_id: str,
-        steps: Sequence[tuple[str, str, Mapping[str, Any] | None]],
-        *,
-        wave: int | None = None,
+        steps: Sequence[tuple[str, str, int | None, Mapping[str, Any] | None]],
     ) -> None:
-        """Several nodes' ``(node, step, detail)`` in one transaction: the hosts of a batch
-        move together (all provisioning before their playbook, all provisioned after it), and
-        a commit per host was most of the coordinator's CPU per host (1.1 ms each, three per
-        host, in a 300-host rollout's profile)."""
+        """Several nodes' ``(node, step, wave, detail)`` in one transaction (a wave of None
+        keeps the node's wave): the hosts of a batch move together (all provisioning before
+        their playbook, all provisioned after it), and a commit per host was most of the
+        coordinator's CPU per host (1.1 ms each, three per host, in a 300-host rollout's
+        profile)."""
         if steps:
             with self._write() as conn:
-                self._set_steps(conn, run_id, steps, wave, utcnow())
-
-    def _set_step(
-        self,
-        conn: Connection,
-        run_id: str,
-        node: str,
-        step: str,
-        wave: int | None,
-        detail: Mapping[str, Any] | None,
-        now: str,
-    ) -> None:
-        self._set_steps(conn, run_id, [(node, step, detail)], wave, now)
+                self._set_steps(conn, run_id, steps, utcnow())
 
     def _set_steps(
         self,
         conn: Connection,
         run_id: str,
-        steps: Sequence[tuple[str, str, Mapping[str, Any] | None]],
-        wave: int | None,
+        steps: Sequence[tuple[str, str, int | None, Mapping[str, Any] | None]],
         now: str,
     ) -> None:
         rows = []
-        for node, step, detail in steps:
+        for node, step, wave, detail in steps:
             if step not in STEPS and step != "verified":
                 raise LedgerError(f"unknown step {step!r}; one of {', '.join(STEPS)}")
             rows.append({"run_id": run_id, "node": node, "wave": wave, "step": step,
@@ -182,9 +167,8 @@ class LedgerWrites(LedgerBase):
             from sqlalchemy.dialects.postgresql import insert as dialect_insert  # type: ignore[assignment]
         stmt = dialect_insert(node_steps)
         changes = {"step": stmt.excluded.step, "updated_at": stmt.excluded.updated_at,
-                   "detail_json": stmt.excluded.detail_json}
-        if wave is not None:
-            changes["wave"] = stmt.excluded.wave
+                   "detail_json": stmt.excluded.detail_json,
+                   "wave": func.coalesce(stmt.excluded.wave, node_steps.c.wave)}
         conn.execute(stmt.on_conflict_do_update(index_elements=["run_id", "node"], set_=changes),
                      rows)
         conn.execute(insert(step_events),

@@ -174,10 +174,10 @@ def test_set_steps_writes_a_batch_in_one_transaction(ledger: Ledger) -> None:
     alike, the wave kept where none is given; a bad step writes none of the batch."""
     run = ledger.start_run("rollout", "/inv/prod")
     ledger.set_step(run, "gpu-01", "pending", wave=1)
-    ledger.set_steps(run, [("gpu-01", "provisioning", {"action": "provision"}),
-                           ("gpu-02", "provisioning", None)], wave=1)
-    ledger.set_steps(run, [("gpu-01", "skipped", {"reason": "r1"}),
-                           ("gpu-02", "failed", {"reason": "r2"})])
+    ledger.set_steps(run, [("gpu-01", "provisioning", 1, {"action": "provision"}),
+                           ("gpu-02", "provisioning", 1, None)])
+    ledger.set_steps(run, [("gpu-01", "skipped", None, {"reason": "r1"}),
+                           ("gpu-02", "failed", None, {"reason": "r2"})])
     steps = ledger.node_steps(run)
     assert {n: (s["step"], s["wave"], s["detail"]) for n, s in steps.items()} == {
         "gpu-01": ("skipped", 1, {"reason": "r1"}), "gpu-02": ("failed", 1, {"reason": "r2"})}
@@ -185,9 +185,14 @@ def test_set_steps_writes_a_batch_in_one_transaction(ledger: Ledger) -> None:
         "pending", "provisioning", "skipped"]
     assert [e["step"] for e in ledger.step_events(run, "gpu-02")] == ["provisioning", "failed"]
     with pytest.raises(LedgerError, match="unknown step"):
-        ledger.set_steps(run, [("gpu-01", "compliant", None), ("gpu-02", "nope", None)])
+        ledger.set_steps(run, [("gpu-01", "compliant", 2, None), ("gpu-02", "nope", 2, None)])
     assert ledger.node_steps(run)["gpu-01"]["step"] == "skipped"
     ledger.set_steps(run, [])
+    # waves given and kept in one batch: each row its own
+    ledger.set_steps(run, [("gpu-01", "pending", 3, None), ("gpu-02", "pending", None, None),
+                           ("gpu-03", "pending", None, None)])
+    assert {n: s["wave"] for n, s in ledger.node_steps(run).items()} == {
+        "gpu-01": 3, "gpu-02": 1, "gpu-03": None}
 
 
 def test_concurrent_writers(ledger: Ledger) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 from provisioner.envfile import _DOTENV_BARE, _printable, render_env, safe_env
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
+from provisioner.store import open_read_only
 from provisioner.store.location import display_url, resolve_ledger
 from provisioner.verify import proof
 from provisioner.verify.model import NodeReport
@@ -226,9 +227,7 @@ def _states(args: argparse.Namespace, names: Sequence[str]) -> tuple[list[NodeSt
     shown = display_url(location)
     max_age = parse_age(args.max_age)
     now = utc_now()
-    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
-
-    with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
+    with open_read_only(location) as ledger:  # never creates anything
         if len(names) == 1:
             rec = ledger.latest_for(names[0])
             records = {names[0]: rec} if rec else {}

@@ -11,6 +11,7 @@ from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
 from provisioner.sanitize import printable
+from provisioner.store import open_read_only
 from provisioner.store.location import display_url, resolve_ledger
 
 HELP = "compliance history of one node"
@@ -30,9 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIMIT:  # SQLite's integers stop at 2**63
         raise UsageError(f"--limit must be at least 1 and at most {MAX_LIMIT} (got {args.limit})")
     location = resolve_ledger(args.ledger, args.inventory)
-    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
-
-    with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
+    with open_read_only(location) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)
     if args.json:
         for r in records:

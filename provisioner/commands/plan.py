@@ -53,13 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
     """Latest record per node, and the ledger (None when it does not exist yet)."""
-    from provisioner.store.queries import LedgerQueries
+    from provisioner.store import open_read_only
 
     if "://" not in location and not Path(location).expanduser().exists():
         return {}, None
     from provisioner.rollout.state import latest_states
 
-    ledger = LedgerQueries.open(location, read_only=True)  # never creates a schema, file or row
+    ledger = open_read_only(location)
     try:
         return latest_states(ledger), ledger
     except BaseException:

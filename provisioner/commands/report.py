@@ -14,6 +14,7 @@ from typing import Any
 from provisioner.commands.status import add_ledger_arguments
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
+from provisioner.store import open_read_only
 from provisioner.store.location import display_url, resolve_ledger
 
 HELP = "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile"
@@ -41,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_path("--html", args.html, stdout_ok=False)
     check_prom_dir(args.prom_textfile)
     location = resolve_ledger(args.ledger, args.inventory)
-    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
-
-    with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
+    with open_read_only(location) as ledger:  # never creates anything
         run_id = args.run_id
         if run_id == "latest":
             newest = ledger.runs(limit=1)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT, node_result
 from provisioner.sanitize import printable
+from provisioner.store import open_read_only
 from provisioner.store.location import display_url, resolve_ledger
 from provisioner.verify import proof
 from provisioner.verify.model import IoTestResult
@@ -43,9 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def open_ledger(args: argparse.Namespace) -> LedgerQueries:
-    from provisioner.store.queries import LedgerQueries
-
-    return LedgerQueries.open(resolve_ledger(args.ledger, args.inventory), read_only=True)
+    return open_read_only(resolve_ledger(args.ledger, args.inventory))
 
 
 def proof_refused(x: dict[str, Any]) -> str | None:
@@ -85,9 +84,7 @@ def _row(x: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
-    from provisioner.store.queries import LedgerQueries  # SQLAlchemy: when used
-
-    with LedgerQueries.open(location, read_only=True) as ledger:  # never creates anything
+    with open_read_only(location) as ledger:  # never creates anything
         rows = [_row(x) for x in ledger.latest()]
     if args.drift:
         rows = [r for r in rows if r["drift"]]

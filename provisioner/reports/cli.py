@@ -30,10 +30,10 @@ def ledger_drift(location: str | None, run_id: str) -> dict[str, list[str]]:
     """``{node: drift reasons}`` of run ``run_id`` (read-only); empty without a ledger."""
     if not location:
         return {}
-    from provisioner.store.queries import LedgerQueries
+    from provisioner.store import open_read_only
 
     try:
-        with LedgerQueries.open(location, read_only=True) as ledger:
+        with open_read_only(location) as ledger:
             return {r["node"]: r["drift"] for r in ledger.run_verifications(run_id)}
     except LedgerError:
         return {}  # the run's own report still renders; drift is what the ledger adds

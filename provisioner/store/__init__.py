@@ -83,6 +83,15 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def open_read_only(location: str) -> LedgerQueries:
+    """The ledger at ``location`` for reading: never creates a schema, file or row (what
+    ``status``, ``history``, ``report``, ``export`` and ``plan`` open; SQLAlchemy is imported
+    here, when one is opened)."""
+    from provisioner.store.queries import LedgerQueries
+
+    return LedgerQueries.open(location, read_only=True)
+
+
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "ENV_LEDGER",
@@ -102,6 +111,7 @@ __all__ = [
     "fleet_id",
     "ledger_meta",
     "metadata",
+    "open_read_only",
     "new_run_id",
     "node_steps",
     "resolve_ledger",

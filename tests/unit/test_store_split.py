@@ -63,7 +63,20 @@ def test_read_only_commands_open_the_query_side_only() -> None:
         tree = ast.parse(Path(str(mod.__file__)).read_text(encoding="utf-8"))
         names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
                  and (n.module or "").startswith("provisioner.store") for a in n.names}
-        assert "Ledger" not in names and "LedgerQueries" in names, mod.__name__
+        assert "Ledger" not in names, mod.__name__
+        assert names & {"LedgerQueries", "open_read_only"}, mod.__name__
+
+
+def test_open_read_only_is_the_query_side(tmp_path: Path) -> None:
+    from provisioner.store import open_read_only
+    from provisioner.store.queries import LedgerQueries
+
+    path = tmp_path / "l.sqlite"
+    with Ledger.open(str(path)) as led:
+        led.start_run("verify", "/f")
+    with open_read_only(str(path)) as ro:
+        assert type(ro) is LedgerQueries and not hasattr(ro, "set_step")
+        assert len(ro.runs(kind="verify", limit=5)) == 1
 
 
 def test_store_modules_stay_under_600_lines() -> None:

@@ -24,9 +24,10 @@ def to_json(doc: Mapping[str, Any]) -> str:
 
     ``json.dumps`` with ``indent`` runs Python's pure-Python encoder (CPython's
     Lib/json/encoder.py, ``JSONEncoder.iterencode``, v3.11 and v3.12: the C
-    ``c_make_encoder`` only when ``self.indent is None``): a 64-node verify report (5 MB) took 81 ms indented and 20 ms on one
-    line, a fifth of the controller CPU that writing the report costs per node. One node per
-    line also lets ``grep`` and ``diff`` work node by node; ``jq .`` indents it all."""
+    ``c_make_encoder`` only when ``self.indent is None``): a 64-node verify report (5 MB)
+    took 81 ms indented and 20 ms on one line, a fifth of the controller CPU that writing the
+    report costs per node. One node per line also lets ``grep`` and ``diff`` work node by
+    node; ``jq .`` indents it all."""
     nodes = doc.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         return json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n"

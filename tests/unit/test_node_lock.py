@@ -205,7 +205,7 @@ TAKEOVER = """
     - {name: w1 holds, gdsfleet.gds.node_lock: {token: runW.1.aaaa}}
     - name: w1 work in flight
       ansible.builtin.shell: >-
-        GDSFLEET_PLAYBOOK_TOKEN=runW.1.aaaa setsid sh -c 'sleep 2; date +%s.%N > {{ dir }}/w1.end'
+        GDSFLEET_PLAYBOOK_TOKEN=runW.1.aaaa setsid sh -c 'sleep 6; date +%s.%N > {{ dir }}/w1.end'
         </dev/null >/dev/null 2>&1 & echo $!
       register: w1_work
       changed_when: false

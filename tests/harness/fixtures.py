@@ -85,7 +85,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "(tests/harness/schedule.py)")
     parser.addoption("--exec-nodes", action="store_true",
                      help="also run the execution-node container suite (marker execnodes: "
-                          "about 8 minutes on 2 cores, so not in the default run; "
+                          "about 11 minutes on 2 cores, so not in the default run; "
                           "docs/testing.md)")
 
 
@@ -116,7 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("execnodes") and not config.getoption("exec_nodes", False):
             item.add_marker(pytest.mark.skip(
                 reason="the execution-node container suite runs with --exec-nodes "
-                       "(bash scripts/test.sh --exec-nodes): about 8 minutes on 2 cores, "
+                       "(bash scripts/test.sh --exec-nodes): about 11 minutes on 2 cores, "
                        "kept out of the 20-minute default run"))
     if config.getoption("gdsfleet_schedule", False):
         from tests.harness import schedule

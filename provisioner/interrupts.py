@@ -8,7 +8,8 @@ ansible-runner as its cancel callback, so the runner never installs its own.
 
 The first signal records which one arrived and raises :class:`Interrupted` in the main thread,
 except inside a :func:`deferred` section (a playbook run: the runner polls :func:`requested`,
-kills the playbook's process group and returns; the caller then raises). Registered closers
+the playbook's guard ends it and everything it started, the runner returns; the caller then
+raises). Registered closers
 (open SSH connections of ``verify``) are called at once, from the handler, so worker threads
 blocked on a node return within a moment. A second signal exits at once (``os._exit``) with
 128 + the signal number; the playbook's guard (provisioner.rollout.guard) sees its parent die

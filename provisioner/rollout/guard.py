@@ -16,7 +16,8 @@ therefore starts this script (``binary=``, through a small shell wrapper), which
   (``GDSFLEET_PLAYBOOK_TOKEN`` in its environment), waits for them, and only then exits.
 
 Stdlib only: it runs as a script (``python guard.py LOCK|- PLAYBOOK_BINARY ARGS...``), never
-imported into a playbook. :func:`sweep` and :func:`holders` are also used by the rollout itself.
+imported into a playbook. :func:`sweep`, :func:`holders` and :class:`Stop` are also used by the
+rollout itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 TOKEN_ENV = "GDSFLEET_PLAYBOOK_TOKEN"  # noqa: S105 - a variable name, no secret
 PARENT_ENV = "GDSFLEET_GUARD_PARENT"
@@ -131,6 +133,59 @@ def sweep(token: str, *, grace: float = 2.0) -> list[int]:
             break
     _reap()
     return found
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of ``pid`` (``/proc/<pid>/stat``), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat.rsplit(b")", 1)[1].split()[1])  # after the command, which may hold ')'
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class Stop:
+    """ansible-runner's cancel callback for a guarded playbook: the guard ends the playbook.
+
+    ansible-runner ends a canceled or timed-out run by SIGKILLing the process group of what it
+    started, the guard included, so nothing swept: ansible-core's forks (each calls setsid,
+    ansible/executor/process/worker.py ``_detach``) and their ssh ran on, until the rollout's
+    own sweep after the run, and a second Ctrl-C (or a kill) during that sweep left them
+    running under PID 1 for the length of their task. Here a stop (``asked()``, or the run
+    past ``timeout`` seconds) sends SIGTERM to the guard instead; the guard SIGKILLs every
+    process carrying the token, waits until none is left and exits, and the runner sees its
+    end. Only a guard still there after ``patience`` seconds is left to the runner's SIGKILL.
+    ``reason`` says why the run was ended: ``canceled``, ``timeout`` or None."""
+
+    def __init__(self, token: str, asked: Callable[[], bool], *, timeout: float | None = None,
+                 patience: float = 15.0) -> None:
+        self.token = token
+        self.asked = asked
+        self.timeout = timeout
+        self.patience = patience
+        self.reason: str | None = None
+        self._began = time.monotonic()
+        self._since = 0.0
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if self.reason is None:
+            if self.asked():
+                self.reason = "canceled"
+            elif self.timeout and now - self._began > self.timeout:
+                self.reason = "timeout"
+            else:
+                return False
+            self._since = now
+            me = os.getpid()
+            ours = [pid for pid in tagged(self.token) if parent_of(pid) == me]
+            for pid in ours:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            if not ours:  # no guard (not started yet, or gone): the runner's way
+                return True
+        return now - self._since > self.patience
 
 
 def holders(path: str) -> list[tuple[int, str]]:

@@ -352,8 +352,9 @@ def run_playbook(
     """Run ``playbook`` against ``hosts`` of ``inventory``; per-host outcomes from events.
 
     ``ansible-playbook`` runs under :mod:`provisioner.rollout.guard` (it dies with this process,
-    holds ``children_lock`` while it lives); SIGINT/SIGTERM cancel it (the runner kills its
-    process group) and raise :class:`provisioner.interrupts.Interrupted` once it is gone.
+    holds ``children_lock`` while it lives); SIGINT/SIGTERM cancel it (the guard ends it and
+    everything it started, :class:`guard.Stop`) and raise
+    :class:`provisioner.interrupts.Interrupted` once it is gone.
     """
     import time
     import uuid
@@ -418,11 +419,15 @@ def run_playbook(
             "rotate_artifacts": 5,
         }
         # our cancel callback, always: without one ansible-runner installs SIGINT/SIGTERM
-        # handlers of its own and never puts ours back
-        kwargs["cancel_callback"] = (
+        # handlers of its own and never puts ours back. It also keeps the timeout: the guard,
+        # not the runner's SIGKILL of its process group, ends a canceled or timed-out playbook
+        stop = guard.Stop(
+            token,
             (lambda: interrupts.requested() or bool(cancel()))
-            if cancel is not None else interrupts.requested
+            if cancel is not None else interrupts.requested,
+            timeout=timeout if wrapper is not None else None,
         )
+        kwargs["cancel_callback"] = stop
         # how often the runner looks at the cancel callback (its default: every 5 s); and no
         # stdout/stderr copies of the whole output (events.jsonl keeps what gdsfleet uses):
         # ansible-runner 2.4.3 takes suppress_output_file from its settings only (its keyword
@@ -440,14 +445,16 @@ def run_playbook(
                 [shlex.quote(kwargs["playbook"])]
                 + ([str(kwargs["cmdline"])] if kwargs.get("cmdline") else [])
             )
-        if timeout:
+        if timeout and wrapper is None:
             kwargs["timeout"] = timeout
         with interrupts.deferred():
             r = ansible_runner.run(**kwargs)
         rc, status = r.rc, str(r.status)
+        if stop.reason is not None:  # as ansible-runner reports a run it ended
+            rc, status = 254, stop.reason
     finally:
-        # a canceled run's process group is SIGKILLed (the guard too): what left that group
-        # (ssh control masters) is stopped here
+        # normally nothing is left: the guard swept before it exited. A guard that was
+        # SIGKILLed (the runner's last resort, or a kill of its own) swept nothing
         guard.sweep(token)
         if wrapper is not None:
             with contextlib.suppress(OSError):

@@ -314,6 +314,64 @@ def test_sigint_cancels_a_real_playbook_and_leaves_no_process(tmp_path: Path) ->
     assert mine == []  # ansible-playbook, its fork and the task's sleep: all gone
 
 
+def _mine(tag: str) -> list[tuple[int, str]]:
+    """This process's playbook processes of run ``tag`` (their token), with their commands."""
+    needle = f"{guard.TOKEN_ENV}={tag}.{os.getpid()}.".encode()
+    return [(int(p), _cmdline(int(p)).replace(b"\0", b" ").decode(errors="replace"))
+            for p in os.listdir("/proc") if p.isdigit() and needle in _environ(int(p))]
+
+
+@pytest.fixture
+def left_at_the_rollouts_sweep(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, str]]]:
+    """What was still running when run_playbook's own sweep began, the sweep that a second
+    Ctrl-C or a kill of the rollout cuts short: the guard must have ended everything by then."""
+    seen: list[list[tuple[int, str]]] = []
+    real = guard.sweep
+
+    def recording(token: str, **kw: float) -> list[int]:
+        seen.append(_mine(token.split(".")[0]))
+        return real(token, **kw)
+
+    monkeypatch.setattr(guard, "sweep", recording)
+    return seen
+
+
+def test_a_canceled_playbook_is_ended_by_its_guard_not_left_to_the_rollout(
+        tmp_path: Path, left_at_the_rollouts_sweep: list[list[tuple[int, str]]]) -> None:
+    """Before: the runner SIGKILLed the guard's process group, which ansible-core's forks had
+    left (setsid): the fork, its module and the task's sleep ran on until the rollout's sweep,
+    and ran on under PID 1 for the task's length when a second Ctrl-C cut that sweep short
+    (tests/faults/test_interrupts.py, the double Ctrl-C case, failed so on a loaded run)."""
+    from provisioner.rollout.runner import run_playbook
+
+    pb, inv = _local_play(tmp_path, 120)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    with interrupts.handling():
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(interrupts.Interrupted):
+            run_playbook(pb, inv, ["node1"], private_data_dir=tmp_path / "runner",
+                         run_tag="guarded")
+        timer.join()
+    assert time.monotonic() - t0 < 30
+    assert left_at_the_rollouts_sweep == [[]]
+    assert _mine("guarded") == []
+
+
+def test_a_timed_out_playbook_is_ended_by_its_guard(
+        tmp_path: Path, left_at_the_rollouts_sweep: list[list[tuple[int, str]]]) -> None:
+    from provisioner.rollout.runner import run_playbook
+
+    pb, inv = _local_play(tmp_path, 120)
+    t0 = time.monotonic()
+    res = run_playbook(pb, inv, ["node1"], private_data_dir=tmp_path / "runner",
+                       run_tag="slowplay", timeout=3)
+    assert time.monotonic() - t0 < 30
+    assert (res.status, res.rc) == ("timeout", 254)
+    assert not res.hosts["node1"].succeeded
+    assert left_at_the_rollouts_sweep == [[]]
+
+
 def _environ(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/environ").read_bytes()

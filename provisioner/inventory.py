@@ -411,10 +411,39 @@ def _init_ansible_plugins() -> None:
     global _PLUGINS_READY
     if _PLUGINS_READY:
         return
+    import importlib
+
     from ansible.plugins.loader import init_plugin_loader
 
+    for name in ANSIBLE_PRELOAD:
+        importlib.import_module(name)
     init_plugin_loader()
     _PLUGINS_READY = True
+
+
+# ansible-core modules that reading an inventory, its variables and templating them import
+# (a lookup, a filter), imported before the collection loader is installed. Once installed, the
+# loader answers the first new ``ansible.*`` import by reading ansible-core's whole routing table
+# (lib/ansible/config/ansible_builtin_runtime.yml, 376 KB of YAML in 2.19: 0.1 CPU-s of every
+# verify's start) to see whether the name is redirected. None of these is (its
+# ``import_redirection`` lists five other names; tests/unit/test_inventory_start.py checks the
+# installed ansible-core); the modules are the same either way, a missing one costs only time.
+ANSIBLE_PRELOAD = (
+    "ansible.parsing.yaml.dumper",
+    "ansible.playbook.play_context",
+    "ansible.plugins.cache",
+    "ansible.plugins.connection",
+    "ansible.plugins.doc_fragments",
+    "ansible.plugins.filter",
+    "ansible.plugins.inventory",
+    "ansible.plugins.lookup",
+    "ansible.plugins.shell",
+    "ansible.plugins.test",
+    "ansible.plugins.vars",
+    "ansible.utils.encrypt",
+    "ansible.utils.hashing",
+    "ansible.utils.unicode",
+)
 
 
 def _parse_strict(manager: Any, source: str) -> None:
@@ -429,10 +458,13 @@ def _parse_strict(manager: Any, source: str) -> None:
     old_enabled = C.INVENTORY_ENABLED
     C.INVENTORY_UNPARSED_IS_FAILED = True
     C.INVENTORY_ANY_UNPARSED_IS_FAILED = True
-    if _plain_yaml_file(source) and "yaml" in _plugin_names(old_enabled):
+    yaml_plugin = [name for name in old_enabled if _plugin_names([name]) == {"yaml"}]
+    if _plain_yaml_file(source) and yaml_plugin:
         # A YAML inventory that names no plugin: the 'auto' plugin would read the whole file
-        # only to find no 'plugin' key, before the 'yaml' plugin reads it again.
-        C.INVENTORY_ENABLED = ["ansible.builtin.yaml"]
+        # only to find no 'plugin' key, before the 'yaml' plugin reads it again. The name as
+        # configured ('yaml' by default): a fully qualified one makes the plugin loader read
+        # ansible.builtin's routing table (see ANSIBLE_PRELOAD), a short one does not.
+        C.INVENTORY_ENABLED = yaml_plugin[:1]
     try:
         manager.parse_sources(cache=False)
     finally:

@@ -1,0 +1,88 @@
+"""The inventory's start cost: reading an inventory, its variables and templating them (a lookup,
+a filter) must not make ansible-core read its whole routing table
+(lib/ansible/config/ansible_builtin_runtime.yml, 376 KB of YAML in ansible-core 2.19.14, about
+0.1 CPU-s of every ``provisioner verify``). The collection loader reads it on the first new
+``ansible.*`` import after it is installed, and for a fully qualified plugin name;
+provisioner.inventory.ANSIBLE_PRELOAD imports those modules first (issue 14: controller CPU per
+verified node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from provisioner.inventory import ANSIBLE_PRELOAD
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = r"""
+import json, sys
+import ansible.utils.collection_loader._collection_finder as finder
+real = finder._meta_yml_to_dict
+read = []
+def spy(data, content_id):
+    read.append(list(content_id))
+    return real(data, content_id)
+finder._meta_yml_to_dict = spy
+from provisioner.inventory import load_inventory
+inv = load_inventory(sys.argv[1])
+nodes = {n.name: [n.address, n.port, n.user, n.vars.get("gds_route")] for n in inv.nodes}
+print(json.dumps({"read": read, "nodes": nodes}))
+"""
+
+
+def _load_in_a_fresh_process(path: Path) -> dict:
+    env = dict(os.environ, GDSFLEET_TEST_USER="opsuser")
+    out = subprocess.run([sys.executable, "-c", PROBE, str(path)], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_reading_a_templated_inventory_does_not_read_the_routing_table(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n"
+        "  vars:\n"
+        "    ansible_user: \"{{ lookup('env', 'GDSFLEET_TEST_USER') | default('root', true) }}\"\n"
+        "  children:\n"
+        "    gpu_nodes:\n"
+        "      hosts:\n"
+        "        gpu-1: {ansible_host: 10.0.0.1, ansible_port: 2201}\n"
+        "        gpu-2: {ansible_host: 10.0.0.2}\n"
+    )
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu_nodes.yml").write_text("gds_route: \"{{ 'p2p' ~ 'dma' }}\"\n")
+    got = _load_in_a_fresh_process(inv)
+    # what was read is right: the lookup, the filter, group_vars and their templating ran
+    assert got["nodes"] == {"gpu-1": ["10.0.0.1", 2201, "opsuser", "p2pdma"],
+                            "gpu-2": ["10.0.0.2", 22, "opsuser", "p2pdma"]}
+    assert got["read"] == []
+
+
+def test_the_probe_sees_the_routing_table_when_it_is_read(tmp_path: Path) -> None:
+    """The spy above is not blind: an inventory that names ansible.builtin's yaml plugin in
+    full (an inventory plugin's configuration file) has the loader read the table."""
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text("all:\n  hosts:\n    gpu-1: {ansible_host: 10.0.0.1}\n")
+    cfg = tmp_path / "gen.yml"
+    cfg.write_text("plugin: ansible.builtin.generator\nhosts:\n  name: gpu-{{ n }}\n"
+                   "layers:\n  n: ['7']\n")
+    got = _load_in_a_fresh_process(cfg)
+    assert list(got["nodes"]) == ["gpu-7"]
+    assert ["ansible.builtin", "runtime.yml"] in got["read"]
+
+
+def test_no_preloaded_module_is_redirected_by_the_installed_ansible_core() -> None:
+    """Importing these before the collection loader is installed gives the same modules only
+    while ansible-core redirects none of them (its routing table's import_redirection)."""
+    import ansible
+
+    table = Path(ansible.__file__).parent / "config" / "ansible_builtin_runtime.yml"
+    redirected = set(yaml.safe_load(table.read_text(encoding="utf-8"))["import_redirection"])
+    assert redirected  # the key is there and lists names (five in 2.19.14)
+    assert not redirected & set(ANSIBLE_PRELOAD)

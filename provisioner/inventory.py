@@ -421,14 +421,20 @@ def _init_ansible_plugins() -> None:
     _PLUGINS_READY = True
 
 
-# ansible-core modules that reading an inventory, its variables and templating them import
-# (a lookup, a filter), imported before the collection loader is installed. Once installed, the
-# loader answers the first new ``ansible.*`` import by reading ansible-core's whole routing table
-# (lib/ansible/config/ansible_builtin_runtime.yml, 376 KB of YAML in 2.19: 0.1 CPU-s of every
-# verify's start) to see whether the name is redirected. None of these is (its
-# ``import_redirection`` lists five other names; tests/unit/test_inventory_start.py checks the
-# installed ansible-core); the modules are the same either way, a missing one costs only time.
+# ansible-core modules that reading an inventory (its builtin file plugins), its variables and
+# templating them (a lookup, a filter) import, imported before the collection loader is
+# installed. Once installed, the loader answers the first new ``ansible.*`` import by reading
+# ansible-core's whole routing table (lib/ansible/config/ansible_builtin_runtime.yml, 376 KB of
+# YAML in 2.19: 0.1 CPU-s of every verify's start) to see whether the name is redirected. None
+# of these is (its ``import_redirection`` lists five other names; tests/unit/
+# test_inventory_start.py checks the installed ansible-core); the modules are the same either
+# way, a missing one costs only time.
 ANSIBLE_PRELOAD = (
+    "ansible._internal._json._profiles._inventory_legacy",  # the script plugin's
+    "ansible._internal._json._profiles._legacy",
+    "ansible.module_utils.common.json",
+    "ansible.module_utils.six",  # the toml plugin's
+    "ansible.parsing.utils.addresses",  # host_list's
     "ansible.parsing.yaml.dumper",
     "ansible.playbook.play_context",
     "ansible.plugins.cache",
@@ -442,6 +448,7 @@ ANSIBLE_PRELOAD = (
     "ansible.plugins.vars",
     "ansible.utils.encrypt",
     "ansible.utils.hashing",
+    "ansible.utils.shlex",  # the ini plugin's
     "ansible.utils.unicode",
 )
 
@@ -465,12 +472,40 @@ def _parse_strict(manager: Any, source: str) -> None:
         # configured ('yaml' by default): a fully qualified one makes the plugin loader read
         # ansible.builtin's routing table (see ANSIBLE_PRELOAD), a short one does not.
         C.INVENTORY_ENABLED = yaml_plugin[:1]
+    else:
+        only = _ini_readers(source, old_enabled, C.YAML_FILENAME_EXTENSIONS)
+        if only:
+            C.INVENTORY_ENABLED = only
     try:
         manager.parse_sources(cache=False)
     finally:
         C.INVENTORY_UNPARSED_IS_FAILED = old_unparsed
         C.INVENTORY_ANY_UNPARSED_IS_FAILED = old_any
         C.INVENTORY_ENABLED = old_enabled
+
+
+# ansible-core's builtin inventory plugins that read a file by its name alone (verify_file)
+_FILE_PLUGINS = {"host_list", "script", "auto", "yaml", "ini", "toml"}
+
+
+def _ini_readers(source: str, enabled: Iterable[str], yaml_exts: Iterable[str]) -> list[str]:
+    """The enabled plugins that can read ``source`` when it is an INI-style file and only
+    ansible-core's file plugins are enabled (the default): ``ini`` for a file whose extension
+    is neither YAML's (``yaml_extensions``) nor ``.toml``, ``yaml`` then ``ini`` for one
+    without an extension; [] when that cannot be told (a script, a directory, a custom
+    plugin enabled). The others would only decline it (``verify_file``), after being loaded:
+    the ``script`` plugin's import and the ``auto`` plugin's routing lookups were 0.2-0.3
+    CPU-s of each INI inventory read."""
+    enabled = list(enabled)
+    if not enabled or not _plugin_names(enabled) <= _FILE_PLUGINS:
+        return []
+    if not os.path.isfile(source) or os.access(source, os.X_OK):
+        return []
+    ext = os.path.splitext(source)[1]
+    if ext in (".toml", *yaml_exts):
+        return []
+    wanted = {"ini"} if ext else {"yaml", "ini"}
+    return [name for name in enabled if _plugin_names([name]) <= wanted]
 
 
 # a key named plugin anywhere: block style at any indentation, or in a flow mapping

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from provisioner.inventory import ANSIBLE_PRELOAD
@@ -43,18 +44,33 @@ def _load_in_a_fresh_process(path: Path) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def test_reading_a_templated_inventory_does_not_read_the_routing_table(tmp_path: Path) -> None:
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(
-        "all:\n"
-        "  vars:\n"
-        "    ansible_user: \"{{ lookup('env', 'GDSFLEET_TEST_USER') | default('root', true) }}\"\n"
-        "  children:\n"
-        "    gpu_nodes:\n"
-        "      hosts:\n"
-        "        gpu-1: {ansible_host: 10.0.0.1, ansible_port: 2201}\n"
-        "        gpu-2: {ansible_host: 10.0.0.2}\n"
-    )
+YAML = (
+    "all:\n"
+    "  vars:\n"
+    "    ansible_user: \"{{ lookup('env', 'GDSFLEET_TEST_USER') | default('root', true) }}\"\n"
+    "  children:\n"
+    "    gpu_nodes:\n"
+    "      hosts:\n"
+    "        gpu-1: {ansible_host: 10.0.0.1, ansible_port: 2201}\n"
+    "        gpu-2: {ansible_host: 10.0.0.2}\n"
+)
+INI = (
+    "[gpu_nodes]\n"
+    "gpu-1 ansible_host=10.0.0.1 ansible_port=2201\n"
+    "gpu-2 ansible_host=10.0.0.2\n"
+    "[all:vars]\n"
+    "ansible_user=\"{{ lookup('env', 'GDSFLEET_TEST_USER') | default('root', true) }}\"\n"
+)
+
+
+@pytest.mark.parametrize("name,text", [("hosts.yml", YAML), ("hosts.ini", INI),
+                                       ("hosts", INI), ("inventory", YAML)])
+def test_reading_a_templated_inventory_does_not_read_the_routing_table(
+        tmp_path: Path, name: str, text: str) -> None:
+    """YAML, INI, and a file without an extension (read as YAML, else INI, as ansible-core's
+    default plugin order does): the same hosts and variables, and no routing table."""
+    inv = tmp_path / name
+    inv.write_text(text)
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "gpu_nodes.yml").write_text("gds_route: \"{{ 'p2p' ~ 'dma' }}\"\n")
     got = _load_in_a_fresh_process(inv)
@@ -86,3 +102,26 @@ def test_no_preloaded_module_is_redirected_by_the_installed_ansible_core() -> No
     redirected = set(yaml.safe_load(table.read_text(encoding="utf-8"))["import_redirection"])
     assert redirected  # the key is there and lists names (five in 2.19.14)
     assert not redirected & set(ANSIBLE_PRELOAD)
+
+
+def test_ini_files_are_given_to_the_plugins_that_would_read_them(tmp_path: Path) -> None:
+    from provisioner.inventory import _ini_readers
+
+    default = ["host_list", "script", "auto", "yaml", "ini", "toml"]
+    exts = [".yml", ".yaml", ".json"]
+    ini, bare, script = tmp_path / "hosts.ini", tmp_path / "hosts", tmp_path / "inv.sh"
+    for f in (ini, bare, script):
+        f.write_text("[gpu]\nn1\n")
+    script.chmod(0o755)
+    assert _ini_readers(str(ini), default, exts) == ["ini"]
+    assert _ini_readers(str(bare), default, exts) == ["yaml", "ini"]  # ansible-core's order
+    assert _ini_readers(str(ini), ["ansible.builtin.ini", "ansible.builtin.yaml"], exts) == [
+        "ansible.builtin.ini"]  # the names as configured
+    # left to ansible-core: a script, a directory, TOML or YAML names, a custom plugin enabled
+    assert _ini_readers(str(script), default, exts) == []
+    assert _ini_readers(str(tmp_path), default, exts) == []
+    for name in ("hosts.toml", "hosts.json", "hosts.yaml"):
+        (tmp_path / name).write_text("")
+        assert _ini_readers(str(tmp_path / name), default, exts) == []
+    assert _ini_readers(str(ini), [*default, "community.general.nmap"], exts) == []
+    assert _ini_readers(str(tmp_path / "hosts.cfg"), default, [".cfg"]) == []  # missing file

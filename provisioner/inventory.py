@@ -465,7 +465,7 @@ def _parse_strict(manager: Any, source: str) -> None:
     old_enabled = C.INVENTORY_ENABLED
     C.INVENTORY_UNPARSED_IS_FAILED = True
     C.INVENTORY_ANY_UNPARSED_IS_FAILED = True
-    yaml_plugin = [name for name in old_enabled if _plugin_names([name]) == {"yaml"}]
+    yaml_plugin = [name for name in old_enabled if _short(name) == "yaml"]
     if _plain_yaml_file(source) and yaml_plugin:
         # A YAML inventory that names no plugin: the 'auto' plugin would read the whole file
         # only to find no 'plugin' key, before the 'yaml' plugin reads it again. The name as
@@ -505,15 +505,20 @@ def _ini_readers(source: str, enabled: Iterable[str], yaml_exts: Iterable[str]) 
     if ext in (".toml", *yaml_exts):
         return []
     wanted = {"ini"} if ext else {"yaml", "ini"}
-    return [name for name in enabled if _plugin_names([name]) <= wanted]
+    return [name for name in enabled if _short(name) in wanted]
 
 
 # a key named plugin anywhere: block style at any indentation, or in a flow mapping
 _PLUGIN_KEY = re.compile(r"""(^|[{,])\s*["']?plugin["']?\s*:""", re.MULTILINE)
 
 
+def _short(name: str) -> str:
+    """A plugin's name without its collection (``ansible.builtin.ini`` -> ``ini``)."""
+    return name.rsplit(".", 1)[-1]
+
+
 def _plugin_names(enabled: Iterable[str]) -> set[str]:
-    return {name.rsplit(".", 1)[-1] for name in enabled}
+    return {_short(name) for name in enabled}
 
 
 def _plain_yaml_file(source: str) -> bool:

@@ -425,7 +425,7 @@ def run_playbook(
             token,
             (lambda: interrupts.requested() or bool(cancel()))
             if cancel is not None else interrupts.requested,
-            timeout=timeout if wrapper is not None else None,
+            timeout=timeout,
         )
         kwargs["cancel_callback"] = stop
         # how often the runner looks at the cancel callback (its default: every 5 s); and no
@@ -445,8 +445,6 @@ def run_playbook(
                 [shlex.quote(kwargs["playbook"])]
                 + ([str(kwargs["cmdline"])] if kwargs.get("cmdline") else [])
             )
-        if timeout and wrapper is None:
-            kwargs["timeout"] = timeout
         with interrupts.deferred():
             r = ansible_runner.run(**kwargs)
         rc, status = r.rc, str(r.status)

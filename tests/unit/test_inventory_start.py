@@ -3,8 +3,8 @@ a filter) must not make ansible-core read its whole routing table
 (lib/ansible/config/ansible_builtin_runtime.yml, 376 KB of YAML in ansible-core 2.19.14, about
 0.1 CPU-s of every ``provisioner verify``). The collection loader reads it on the first new
 ``ansible.*`` import after it is installed, and for a fully qualified plugin name;
-provisioner.inventory.ANSIBLE_PRELOAD imports those modules first (issue 14: controller CPU per
-verified node)."""
+provisioner.ansible_inventory.ANSIBLE_PRELOAD imports those modules first (issue 14:
+controller CPU per verified node)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner.inventory import ANSIBLE_PRELOAD
+from provisioner.ansible_inventory import ANSIBLE_PRELOAD
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def test_no_preloaded_module_is_redirected_by_the_installed_ansible_core() -> No
 
 
 def test_ini_files_are_given_to_the_plugins_that_would_read_them(tmp_path: Path) -> None:
-    from provisioner.inventory import _ini_readers
+    from provisioner.ansible_inventory import _ini_readers
 
     default = ["host_list", "script", "auto", "yaml", "ini", "toml"]
     exts = [".yml", ".yaml", ".json"]

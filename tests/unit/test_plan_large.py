@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner.ansible_inventory import _plain_yaml_file
 from provisioner.cli import main
 from provisioner.exitcodes import Exit
-from provisioner.inventory import _plain_yaml_file, load_inventory, selection_problems
+from provisioner.inventory import load_inventory, selection_problems
 
 N = 60  # above plan's FULL_TABLE_MAX (50)
 

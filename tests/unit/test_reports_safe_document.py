@@ -58,3 +58,17 @@ def test_a_secret_registered_between_two_reports_is_masked_in_the_second() -> No
     assert safe_document(doc)["nodes"][0]["error"] == "late-secret-value here"
     register("late-secret-value")
     assert safe_document(doc)["nodes"][0]["error"] == f"{MASK} here"
+
+
+class _Tagged(str):
+    """A str subclass, as Ansible's tagged strings are (a report may carry one from a role
+    variable or an inventory value)."""
+
+
+def test_str_subclasses_are_masked_as_keys_and_values() -> None:
+    doc = {"nodes": [{_Tagged(f"key {SECRET}"): _Tagged(f"value {SECRET}"),
+                      "list": [_Tagged(SECRET), 1, None]}]}
+    got = safe_document(doc)
+    assert got == dict(redact_document(doc))
+    assert SECRET not in to_json(got)
+    assert got["nodes"][0] == {f"key {MASK}": f"value {MASK}", "list": [MASK, 1, None]}

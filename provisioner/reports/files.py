@@ -27,7 +27,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from provisioner.errors import ProvisionerError, UsageError
@@ -86,49 +86,36 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
         return out
 
     # A report is plain dicts, lists, strings and numbers: those are told apart by their
-    # exact type inside the loops (no call for a string or a number; a 64-node report holds
-    # about 90,000 values, and one Python call each was most of this function's time); any
-    # other type goes through walk's general case.
-    def walk_dict(node: dict[Any, Any]) -> dict[Any, Any]:
-        out = {}
-        for k, v in node.items():
-            kind = type(v)
-            if kind is str:
-                v = masked[v] if v in masked else text(v)
-            elif kind is dict:
-                v = walk_dict(v)
-            elif kind is list:
-                v = walk_list(v)
-            elif kind not in plain:
-                v = walk(v)
-            if type(k) is str:
-                k = masked[k] if k in masked else text(k)
-            elif isinstance(k, str):  # a str subclass (an Ansible tagged string)
-                k = text(k)
-            out[k] = v
-        return out
-
-    def walk_list(node: list[Any]) -> list[Any]:
+    # exact type inside the one loop below (no call for a string or a number; a 64-node
+    # report holds about 90,000 values, and one Python call each was most of this function's
+    # time); any other type goes through walk's general case. A dict's values go through the
+    # same loop, its keys through the cache and text.
+    def walk_values(values: Iterable[Any]) -> list[Any]:
         out = []
-        for v in node:
+        for v in values:
             kind = type(v)
             if kind is str:
                 v = masked[v] if v in masked else text(v)
             elif kind is dict:
                 v = walk_dict(v)
             elif kind is list:
-                v = walk_list(v)
+                v = walk_values(v)
             elif kind not in plain:
                 v = walk(v)
             out.append(v)
         return out
+
+    def walk_dict(node: dict[Any, Any]) -> dict[Any, Any]:
+        keys = [masked[k] if k in masked else text(k) if isinstance(k, str) else k
+                for k in node]
+        return dict(zip(keys, walk_values(node.values()), strict=True))
 
     def walk(node: Any) -> Any:
         kind = type(node)
         if kind is dict:
             return walk_dict(node)
         if kind is list:
-            return walk_list(node)
+            return walk_values(node)
         if kind is str:
             return text(node)
         if isinstance(node, Mapping):

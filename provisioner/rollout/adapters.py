@@ -68,52 +68,60 @@ class AnsibleProvisioner:
         # execution nodes)
         self.executor: Executor = executor if executor is not None else LocalExecutor()
 
-    def _log(self, wave: int, kind: str, host: str, event: str, task: str) -> None:
-        if self.events_log is None:
+    def _log(self, fd: int | None, wave: int, kind: str, host: str, event: str,
+             task: str) -> None:
+        if fd is None:
             return
         line = json.dumps({
             "run": self.run_tag, "pid": os.getpid(), "wave": wave, "playbook": kind,
             "host": host, "event": event, "task": task,
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })
-        from provisioner.fsutil import append_private
-
         with self._lock:
-            append_private(self.events_log, line + "\n")  # created 0600
+            os.write(fd, (line + "\n").encode("utf-8"))
 
     def _run(
         self, playbook: str, kind: str, hosts: Sequence[str], wave: int,
         on_host_event: Callable[[str, str, str], None] | None,
     ) -> Mapping[str, HostOutcome]:
+        fd = None
         if self.events_log is not None:
-            from provisioner.fsutil import private_dir
+            from provisioner.fsutil import open_private, private_dir
 
             private_dir(self.events_log.parent)
-        for h in hosts:
-            self._log(wave, kind, h, "start", "")
+            # one descriptor for the whole playbook run (O_APPEND, created 0600), not an open
+            # and a close per event line
+            fd = open_private(self.events_log)
+        try:
+            for h in hosts:
+                self._log(fd, wave, kind, h, "start", "")
 
-        def on_event(host: str, event: str, task: str) -> None:
-            self._log(wave, kind, host, event, task)
-            if on_host_event is not None:
-                on_host_event(host, event, task)
+            def on_event(host: str, event: str, task: str) -> None:
+                self._log(fd, wave, kind, host, event, task)
+                if on_host_event is not None:
+                    on_host_event(host, event, task)
 
-        res = self.executor.run(
-            playbook,
-            self.inventory,
-            list(hosts),
-            forks=self.forks,
-            extravars=self.extravars,
-            envvars=self.envvars,
-            private_data_dir=self.private_data_dir,
-            on_host_event=on_event,
-            timeout=self.timeout,
-            children_lock=self.children_lock,
-            run_tag=self.run_tag,
-            wave=wave,
-            kind=kind,
-        )
-        for h, out in res.hosts.items():
-            self._log(wave, kind, h, f"outcome:{out.status.value}", out.failed_task or "")
+            res = self.executor.run(
+                playbook,
+                self.inventory,
+                list(hosts),
+                forks=self.forks,
+                extravars=self.extravars,
+                envvars=self.envvars,
+                private_data_dir=self.private_data_dir,
+                on_host_event=on_event,
+                timeout=self.timeout,
+                children_lock=self.children_lock,
+                run_tag=self.run_tag,
+                wave=wave,
+                kind=kind,
+            )
+            for h, out in res.hosts.items():
+                self._log(fd, wave, kind, h, f"outcome:{out.status.value}",
+                          out.failed_task or "")
+        finally:
+            if fd is not None:
+                os.close(fd)
         return res.hosts
 
     def provision(

@@ -235,7 +235,9 @@ def test_readme_testinfra_command_on_the_rolled_out_fleet(big: Ctl, tmp_path: Pa
 
 
 def test_kill_9_mid_wave_then_resume(big: Ctl) -> None:
-    names = big.fleet.names[:4]  # type: ignore[attr-defined]
+    # the canary and two nodes caught mid-wave (two test "several" as well as three did, for
+    # one host-play of site.yml less in the killed run and in the resumed one)
+    names = big.fleet.names[:3]  # type: ignore[attr-defined]
     args = ("--force", "--limit", ":".join(names), "--waves", "1,100%")
     runs_before = {r["id"] for r in big.runs()}
     proc = big.start("rollout", *args)
@@ -261,7 +263,7 @@ def test_kill_9_mid_wave_then_resume(big: Ctl) -> None:
     steps = {n: s["step"] for n, s in big.steps(run["id"]).items()}
     finished = {n for n, s in steps.items() if s == "compliant"}
     caught = {n for n, s in steps.items() if s in ("provisioning", "verifying")}
-    assert len(finished) == 1 and len(caught) == 3, steps
+    assert len(finished) == 1 and len(caught) == 2, steps
     killed_pid = proc.pid
 
     again = big.run("rollout", *args)

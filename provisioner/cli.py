@@ -67,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # report, ledger row and log line from here on (provisioner.redact)
     # (this invocation's own: a library caller's earlier invocations are forgotten)
     forget_all()
-    register_argv(list(sys.argv[1:] if argv is None else argv), os.environ)
     words = list(sys.argv[1:] if argv is None else argv)
+    register_argv(list(words), os.environ)
     # the first word that is not an option names the command (the top level's only options,
     # -h and --version, take no value)
     parser = build_parser(next((w for w in words if not w.startswith("-")), ""))

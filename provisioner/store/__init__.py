@@ -17,9 +17,9 @@ read-only commands open :class:`~provisioner.store.queries.LedgerQueries`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from provisioner import lazy_attribute
 from provisioner.store.ids import new_run_id, utcnow
 from provisioner.store.location import (
     ENV_LEDGER,
@@ -75,12 +75,7 @@ def __getattr__(name: str) -> Any:
             "__module__": __name__})
         globals()["Ledger"] = cls
         return cls
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _LAZY, name)
 
 
 def open_read_only(location: str) -> LedgerQueries:

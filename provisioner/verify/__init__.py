@@ -7,9 +7,9 @@ verify_node(runner, name, policy, io) -> NodeReport, unreachable_report(name, er
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from provisioner import lazy_attribute
 from provisioner.verify.model import (
     FAIL,
     GIB,
@@ -43,12 +43,7 @@ _LAZY = {"choose_io_path": "node", "unreachable_report": "node", "verify_node": 
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(globals(), _LAZY, name)
 
 
 __all__ = [

@@ -20,6 +20,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The node image (debootstrap from the Debian mirror, about a minute on a fresh machine) needs
+# only the apt packages: it builds in the background while pip fills .venv and the stand-in
+# repository is made, and is waited for at the end.
+image_pid=
+if [ "$python_only" = 0 ]; then
+  export CONTAINERS_CONF="$root/tests/harness/containers.conf"
+  image_log=$(mktemp)
+  bash tests/harness/build_node_image.sh >"$image_log" 2>&1 &
+  image_pid=$!
+fi
+
 stamp=.venv/.requirements.sha256
 want=$(cat requirements/ci.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
@@ -36,10 +47,14 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
 fi
 
 [ "$python_only" = 1 ] && exit 0
-export CONTAINERS_CONF="$root/tests/harness/containers.conf"
-echo "== node image"
-bash tests/harness/build_node_image.sh
 if [ -x tests/harness/standin_repo/build.sh ]; then
   echo "== stand-in package repository"
   bash tests/harness/standin_repo/build.sh
 fi
+echo "== node image"
+if ! wait "$image_pid"; then
+  cat "$image_log" >&2; rm -f "$image_log"
+  echo "setup.sh: the node image build failed (tests/harness/build_node_image.sh, above)" >&2
+  exit 1
+fi
+cat "$image_log"; rm -f "$image_log"

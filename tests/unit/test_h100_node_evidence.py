@@ -16,7 +16,10 @@ no nvidia-fs, no NVMe. Its outputs are replayed here:
   every task's environment, and one more run: a same-run takeover on the real node (a fenced
   play's lock and its 6 s of work still running under token ``evidence.1.*``, then
   ``site.yml --check`` as ``evidence.2.*``): the first task waited for that work to end, then
-  took the node.
+  took the node;
+* ``includes/`` (2026-11-25, scripts/gpu_role_includes.sh): the roles whose route- and
+  input-specific task files are included, each alone in check mode: every run ends 0, what a
+  node leaves out is one skipped include, and tags reach the included tasks.
 """
 
 from __future__ import annotations
@@ -158,3 +161,52 @@ def test_after_verify_local_replayed_through_todays_code(node: dict[str, Any]) -
     assert replayed["nvfs.module.loaded"] == "fail" and replayed["io.direct_path"] == "fail"
     assert replayed["nvfs.dkms.boot_kernel"] == "skip"  # empty /boot, no grubby there
     assert replayed["gpu.driver.open"] == "pass"
+
+
+# ------------------------------------------------------- includes/ (the roles' task files)
+_RECAP = re.compile(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)")
+
+
+def _summary() -> dict[str, tuple[int, dict[str, int]]]:
+    """includes/summary.txt: per run, its exit status and recap counts."""
+    lines = (EVIDENCE / "includes" / "summary.txt").read_text().splitlines()
+    out: dict[str, tuple[int, dict[str, int]]] = {}
+    for head, recap in zip(lines[::2], lines[1::2], strict=True):
+        name, _, rc = head.rpartition(" exit ")
+        m = _RECAP.search(recap)
+        assert m, recap
+        keys = ("ok", "changed", "unreachable", "failed", "skipped")
+        out[name] = (int(rc), dict(zip(keys, map(int, m.groups()), strict=True)))
+    return out
+
+
+def _included(run: str) -> list[str]:
+    text = (EVIDENCE / "includes" / f"{run}.txt").read_text()
+    return re.findall(r"^included: \S+/roles/(\S+) for ", text, re.M)
+
+
+def test_includes_the_roles_ran_in_check_mode_on_the_real_node() -> None:
+    """The roles with included (not imported) task files, each alone in check mode on the
+    H100 node (scripts/gpu_role_includes.sh): every run ends 0 with nothing failed; what a
+    node's route or inputs leave out is one skipped include, and what applies is included."""
+    runs = _summary()
+    assert set(runs) == {"nvidia_fs", "mofed", "p2pdma", "nvme", "nvmeof",
+                         "node_exporter_textfile", "nvidia_fs-nvfs-tags", "nvidia_fs-nvfs-skip"}
+    assert all(rc == 0 and r["failed"] == 0 and r["unreachable"] == 0
+               for rc, r in runs.values()), runs
+    assert "Ubuntu 24.04" in (EVIDENCE / "includes" / "machine.txt").read_text()
+    # p2pdma route: nvidia-fs's three files are skipped as three includes, nothing brought in
+    assert _included("nvidia_fs") == [] and runs["nvidia_fs"][1]["skipped"] <= 6
+    assert _included("p2pdma") == ["p2pdma/tasks/boot.yml", "p2pdma/tasks/configure.yml"]
+    assert _included("node_exporter_textfile") == ["node_exporter_textfile/tasks/disable.yml"]
+    assert _included("nvme") == [] and _included("nvmeof") == []
+
+
+def test_includes_tags_reach_the_included_tasks_on_the_real_node() -> None:
+    """--tags picks the include and, through `apply`, its tasks; --skip-tags leaves it out."""
+    assert _included("nvidia_fs-nvfs-tags") == ["nvidia_fs/tasks/configure.yml"]
+    tagged = (EVIDENCE / "includes" / "nvidia_fs-nvfs-tags.txt").read_text()
+    assert "TASK [gdsfleet.gds.nvidia_fs : Ensure nvidia_fs loads at boot]" in tagged
+    assert "Install nvidia-fs" not in tagged.split("included:")[1]
+    assert _included("nvidia_fs-nvfs-skip") == []
+    assert _summary()["nvidia_fs-nvfs-skip"][1]["ok"] <= 2

@@ -2,7 +2,10 @@
 ``import_tasks``.
 
 An import copies its ``when`` onto every task of the file, and Ansible evaluates a task's
-``when`` in a worker process it forks on the controller for each host: a file of 30 tasks a
+``when`` in a worker process it forks on the controller for each host (ansible/ansible,
+lib/ansible/executor/task_executor.py, tag v2.19.14: ``TaskExecutor._execute`` resolves
+``self._task.when``; the strategy starts a ``WorkerProcess`` per host and task before that,
+lib/ansible/plugins/strategy/__init__.py ``_queue_task``): a file of 30 tasks a
 node's route leaves out costs 30 forks per host, each about 20 ms of controller CPU (100
 skipped tasks on localhost: 2.1 CPU-s, against 0.05 for one skipped include). An include is
 decided once per host. This keeps the roles from sliding back (a p2pdma converge skipped 77

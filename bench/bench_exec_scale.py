@@ -29,6 +29,12 @@ ratios measure the machine, not the design: the table says how many cores there 
     .venv/bin/python bench/bench_exec_scale.py --hosts 200 --exec-nodes 1 2
     .venv/bin/python bench/bench_exec_scale.py --hosts 200 500 1000 --exec-nodes 1 2 4 \\
         --json exec-scale.json
+    .venv/bin/python bench/bench_exec_scale.py --hosts 100 --exec-nodes 1 --extra-tasks 0 30
+
+The last form runs each size twice, with the short playbook and with 30 more ``debug`` tasks,
+and prints the coordinator's CPU per extra event: a playbook's events, not its hosts, are what
+the coordinator's CPU grows with (two per task and host, a start and a result: some 300 per
+host for site.yml).
 
 Needs root and OpenSSH's sshd, ssh and ssh-keygen (scripts/setup.sh installs them).
 """
@@ -36,6 +42,7 @@ Needs root and OpenSSH's sshd, ssh and ssh-keygen (scripts/setup.sh installs the
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -86,6 +93,21 @@ SLEEP_TASK = """\
       changed_when: false
 """
 
+# --extra-tasks N adds N of these: each is two more events per host (its start and its result)
+# through the worker's stream, ansible-runner's Processor, gdsfleet's handler and events.jsonl,
+# and almost no work on the execution node; the coordinator's CPU per event is the difference
+# in its CPU over the difference in events between two runs that differ only in N
+EXTRA_TASK = """\
+    - name: Extra task {i}
+      ansible.builtin.debug:
+        msg: "{{{{ inventory_hostname }}}} {i}"
+"""
+
+
+def playbook_text(sleep: float, extra: int) -> str:
+    return (PLAYBOOK + (SLEEP_TASK if sleep else "")
+            + "".join(EXTRA_TASK.format(i=i) for i in range(extra)))
+
 
 class BenchFailed(Exception):
     """A measured run did not do what it measures: no figure may be printed."""
@@ -105,9 +127,9 @@ def write_targets(path: Path, hosts: list[str], out_dir: Path, sleep: float = 0.
 
 
 def rollout_argv(root: Path, targets: Path, exec_inv: Path, ledger: Path,
-                 forks: int) -> list[str]:
+                 forks: int, play: str = "play.yml") -> list[str]:
     return [sys.executable, "-m", "provisioner", "rollout", "-i", str(targets),
-            "--playbook", str(root / "play.yml"), "--no-verify", "--waves", "100%",
+            "--playbook", str(root / play), "--no-verify", "--waves", "100%",
             "--ledger", str(ledger), "--known-hosts", str(root / "known_hosts"),
             "--ssh-config", "none", "-q", "--executor", "ssh",
             "--exec-inventory", str(exec_inv), "--forks-per-exec-node", str(forks)]
@@ -188,9 +210,20 @@ def _ts(text: str) -> float:
     return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
 
 
+def count_events(work: Path) -> int:
+    """Events the coordinator took in: the lines of each playbook run's slim events.jsonl
+    (``runner/artifacts/<ident>/``; the rollout's host-event log, also named events.jsonl,
+    has a line per host result only and is not counted)."""
+    total = 0
+    for path in work.rglob("artifacts/*/events.jsonl"):
+        with path.open("rb") as fh:
+            total += sum(1 for _ in fh)
+    return total
+
+
 def one_run(root: Path, nodes: LoopbackExecNodes, n: int, k: int, forks: int,
-            timeout: float, sleep: float = 0.0) -> dict[str, Any]:
-    tag = f"n{n}-k{k}"
+            timeout: float, sleep: float = 0.0, extra: int = 0) -> dict[str, Any]:
+    tag = f"n{n}-k{k}" + (f"-e{extra}" if extra else "")
     work = root / tag
     out_dir = work / "hosts"
     out_dir.mkdir(parents=True)
@@ -204,15 +237,22 @@ def one_run(root: Path, nodes: LoopbackExecNodes, n: int, k: int, forks: int,
                PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
     log = work / "stderr.txt"
-    rc, wall, user, sys_ = run_coordinator(rollout_argv(root, targets, exec_inv, ledger, forks),
-                                           env, log, timeout)
+    play = f"play-e{extra}.yml"
+    if not (root / play).exists():
+        (root / play).write_text(playbook_text(sleep, extra))
+    rc, wall, user, sys_ = run_coordinator(
+        rollout_argv(root, targets, exec_inv, ledger, forks, play), env, log, timeout)
     if rc != 0:
         err = log.read_bytes()[-MAX_ERR:].decode("utf-8", "replace")
         raise BenchFailed(f"{tag}: rollout exit status {rc}; its stderr ends:\n{err}")
     shape = check_run(ledger, hosts, out_dir, k)
+    events = count_events(work)
+    if events < n * 2 * (3 + extra + (1 if sleep else 0)):  # a start and a result per task
+        # and host
+        raise BenchFailed(f"{tag}: events.jsonl holds {events} events, fewer than the tasks make")
     cpu = user + sys_
     return {"hosts": n, "exec_nodes": k, "forks_per_exec_node": forks, "task_sleep_s": sleep,
-            "wall_s": round(wall, 2),
+            "extra_tasks": extra, "events": events, "wall_s": round(wall, 2),
             "coordinator_user_s": round(user, 3), "coordinator_sys_s": round(sys_, 3),
             "coordinator_cpu_s": round(cpu, 3),
             "coordinator_cpu_ms_per_host": round(cpu * 1000 / n, 2), **shape}
@@ -220,15 +260,17 @@ def one_run(root: Path, nodes: LoopbackExecNodes, n: int, k: int, forks: int,
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for n in sorted({r["hosts"] for r in results}):
-        by_k = {r["exec_nodes"]: r for r in results if r["hosts"] == n}
+    for n, extra in sorted({(r["hosts"], r.get("extra_tasks", 0)) for r in results}):
+        by_k = {r["exec_nodes"]: r for r in results
+                if (r["hosts"], r.get("extra_tasks", 0)) == (n, extra)}
         if 1 not in by_k:
             continue
         for k, target in ((2, TARGET_K2), (4, TARGET_K4)):
             if k in by_k:
                 ratio = by_k[k]["wall_s"] / by_k[1]["wall_s"]
-                out.append({"hosts": n, "k": k, "wall_ratio": round(ratio, 3),
-                            "target": target, "met": ratio <= target})
+                out.append({"hosts": n, "extra_tasks": extra, "k": k,
+                            "wall_ratio": round(ratio, 3), "target": target,
+                            "met": ratio <= target})
     return out
 
 
@@ -236,14 +278,32 @@ def marginal_cpu(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per K, coordinator CPU per extra host between the smallest and largest host counts:
     the per-host cost without the fixed start-up (imports, execution-node checks)."""
     out = []
-    for k in sorted({r["exec_nodes"] for r in results}):
-        runs = sorted((r for r in results if r["exec_nodes"] == k), key=lambda r: r["hosts"])
+    for k, extra in sorted({(r["exec_nodes"], r.get("extra_tasks", 0)) for r in results}):
+        runs = sorted((r for r in results
+                       if (r["exec_nodes"], r.get("extra_tasks", 0)) == (k, extra)),
+                      key=lambda r: r["hosts"])
         if len(runs) >= 2 and runs[-1]["hosts"] > runs[0]["hosts"]:
             lo, hi = runs[0], runs[-1]
             ms = ((hi["coordinator_cpu_s"] - lo["coordinator_cpu_s"]) * 1000
                   / (hi["hosts"] - lo["hosts"]))
-            out.append({"k": k, "from_hosts": lo["hosts"], "to_hosts": hi["hosts"],
-                        "ms_per_extra_host": round(ms, 2)})
+            out.append({"k": k, "extra_tasks": extra, "from_hosts": lo["hosts"],
+                        "to_hosts": hi["hosts"], "ms_per_extra_host": round(ms, 2)})
+    return out
+
+
+def marginal_event_cpu(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per hosts and K, coordinator CPU per extra event between the runs with the fewest and
+    the most --extra-tasks: what each event costs it, the start and the hosts left out."""
+    out = []
+    for n, k in sorted({(r["hosts"], r["exec_nodes"]) for r in results}):
+        runs = sorted((r for r in results if (r["hosts"], r["exec_nodes"]) == (n, k)),
+                      key=lambda r: r.get("events", 0))
+        lo, hi = runs[0], runs[-1]
+        if len(runs) >= 2 and hi.get("events", 0) > lo.get("events", 0):
+            us = ((hi["coordinator_cpu_s"] - lo["coordinator_cpu_s"]) * 1e6
+                  / (hi["events"] - lo["events"]))
+            out.append({"hosts": n, "k": k, "from_events": lo["events"],
+                        "to_events": hi["events"], "us_per_extra_event": round(us, 1)})
     return out
 
 
@@ -252,21 +312,30 @@ def table(results: list[dict[str, Any]], rat: list[dict[str, Any]], cores: int) 
     lines = [f"cores: {cores}; forks per execution node: "
              f"{first.get('forks_per_exec_node', '-')}; task sleep: "
              f"{first.get('task_sleep_s', 0):g} s",
-             f"{'hosts':>6} {'K':>2} {'wall s':>8} {'coord CPU s':>12} {'ms/host':>8} "
-             f"{'shards':>6} {'waves':>5} {'span s':>7}  shard s"]
+             f"{'hosts':>6} {'K':>2} {'extra':>5} {'events':>7} {'wall s':>8} "
+             f"{'coord CPU s':>12} {'ms/host':>8} {'shards':>6} {'waves':>5} {'span s':>7}  "
+             f"shard s"]
     for r in results:
-        lines.append(f"{r['hosts']:>6} {r['exec_nodes']:>2} {r['wall_s']:>8.2f} "
+        lines.append(f"{r['hosts']:>6} {r['exec_nodes']:>2} {r.get('extra_tasks', 0):>5} "
+                     f"{r.get('events', 0):>7} {r['wall_s']:>8.2f} "
                      f"{r['coordinator_cpu_s']:>12.3f} {r['coordinator_cpu_ms_per_host']:>8.2f} "
                      f"{r['dispatches']:>6} {r['waves']:>5} {r['dispatch_span_s']:>7.1f}  "
                      f"{' '.join(f'{x:g}' for x in r['shard_s'])}")
     for q in rat:
-        lines.append(f"hosts {q['hosts']}: wall(K={q['k']})/wall(K=1) = {q['wall_ratio']:.3f} "
+        extra = f" with {q['extra_tasks']} extra tasks" if q.get("extra_tasks") else ""
+        lines.append(f"hosts {q['hosts']}{extra}: wall(K={q['k']})/wall(K=1) = "
+                     f"{q['wall_ratio']:.3f} "
                      f"(target <= {q['target']}, {'met' if q['met'] else 'NOT met'})")
     worst = max((r["coordinator_cpu_ms_per_host"] for r in results), default=0.0)
     lines.append(f"coordinator CPU per host, worst run: {worst:.2f} ms (target <= "
                  f"{TARGET_CPU_MS}, {'met' if worst <= TARGET_CPU_MS else 'NOT met'})")
+    for e in marginal_event_cpu(results):
+        lines.append(f"hosts {e['hosts']} K={e['k']}: coordinator CPU per extra event "
+                     f"({e['from_events']} -> {e['to_events']} events): "
+                     f"{e['us_per_extra_event']:.1f} us")
     for m in marginal_cpu(results):
-        lines.append(f"K={m['k']}: coordinator CPU per extra host ({m['from_hosts']} -> "
+        extra = f" with {m['extra_tasks']} extra tasks" if m.get("extra_tasks") else ""
+        lines.append(f"K={m['k']}{extra}: coordinator CPU per extra host ({m['from_hosts']} -> "
                      f"{m['to_hosts']} hosts): {m['ms_per_extra_host']:.2f} ms")
     if results and not any(r["task_sleep_s"] for r in results):
         lines.append(f"note: the execution nodes are daemons of this one machine and, without "
@@ -284,6 +353,7 @@ def write_json(path: Path, results: list[dict[str, Any]], cores: int, complete: 
                        "system": f"{platform.system()} {platform.release()}",
                        "ansible_core": core, "ansible_runner": runner},
            "runs": results, "ratios": ratios(results), "marginal_cpu": marginal_cpu(results),
+           "marginal_event_cpu": marginal_event_cpu(results),
            "targets": {"k2": TARGET_K2, "k4": TARGET_K4, "cpu_ms_per_host": TARGET_CPU_MS}}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -298,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-sleep", type=float, default=0.0, metavar="S",
                     help="add a task that waits S seconds per host (default 0: none): the "
                          "fork-bound case, where a host waits on work elsewhere")
+    ap.add_argument("--extra-tasks", type=int, nargs="+", default=[0], metavar="N",
+                    help="run each size with N more debug tasks (default 0; several values: "
+                         "the coordinator's CPU per extra event between the fewest and most)")
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds one rollout may take before the bench fails (default 1800)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -305,9 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     if (any(n < 1 or n > 100_000 for n in args.hosts)
             or any(k < 1 or k > 64 for k in args.exec_nodes)
             or not 1 <= args.forks_per_exec_node <= 500
-            or not 0 <= args.task_sleep <= 600):
+            or not 0 <= args.task_sleep <= 600
+            or any(not 0 <= e <= 500 for e in args.extra_tasks)):
         print("bench_exec_scale: --hosts 1..100000, --exec-nodes 1..64, "
-              "--forks-per-exec-node 1..500, --task-sleep 0..600", file=sys.stderr)
+              "--forks-per-exec-node 1..500, --task-sleep 0..600, --extra-tasks 0..500",
+              file=sys.stderr)
         return 64
     lacking = missing_tools()
     if lacking:
@@ -325,19 +400,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="gdsfleet-execscale-") as tmp:
             root = Path(tmp)
-            (root / "play.yml").write_text(PLAYBOOK + (SLEEP_TASK if args.task_sleep else ""))
             with LoopbackExecNodes(root, count=max(args.exec_nodes),
                                    max_startups=200) as nodes:
-                for n in args.hosts:
-                    for k in args.exec_nodes:
-                        r = one_run(root, nodes, n, k, args.forks_per_exec_node, args.timeout,
-                                    args.task_sleep)
-                        print(f"# hosts {n} K={k}: {r['wall_s']:.2f} s wall, "
-                              f"{r['coordinator_cpu_ms_per_host']:.2f} ms coordinator CPU "
-                              f"per host", file=sys.stderr, flush=True)
-                        results.append(r)
-                        if args.json:  # a machine taken away mid-way still leaves these
-                            write_json(Path(args.json), results, cores, complete=False)
+                for n, k, extra in itertools.product(args.hosts, args.exec_nodes,
+                                                     args.extra_tasks):
+                    r = one_run(root, nodes, n, k, args.forks_per_exec_node, args.timeout,
+                                args.task_sleep, extra)
+                    print(f"# hosts {n} K={k} extra tasks {extra}: {r['events']} events, "
+                          f"{r['wall_s']:.2f} s wall, "
+                          f"{r['coordinator_cpu_ms_per_host']:.2f} ms coordinator CPU "
+                          f"per host", file=sys.stderr, flush=True)
+                    results.append(r)
+                    if args.json:  # a machine taken away mid-way still leaves these
+                        write_json(Path(args.json), results, cores, complete=False)
     except BenchFailed as exc:
         if args.json:
             Path(args.json).unlink(missing_ok=True)

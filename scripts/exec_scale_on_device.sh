@@ -24,6 +24,7 @@ HOSTS=${HOSTS:-200 500 1000}
 EXEC_NODES=${EXEC_NODES:-1 2 4}
 FORKS=${FORKS:-20}
 TASK_SLEEP=${TASK_SLEEP:-0}  # seconds: --task-sleep, the fork-bound case
+EXTRA_TASKS=${EXTRA_TASKS:-0}  # --extra-tasks: several values give the CPU per extra event
 mkdir -p "$OUT"
 probe=$OUT/probe.txt
 
@@ -87,7 +88,7 @@ fi
 
 # shellcheck disable=SC2086  # the lists are meant to split
 PYTHONUNBUFFERED=1 "$VENV/bin/python" bench/bench_exec_scale.py --hosts $HOSTS \
-  --exec-nodes $EXEC_NODES --forks-per-exec-node "$FORKS" --task-sleep "$TASK_SLEEP" --json "$OUT/exec-scale.json" \
+  --exec-nodes $EXEC_NODES --forks-per-exec-node "$FORKS" --task-sleep "$TASK_SLEEP" --extra-tasks $EXTRA_TASKS --json "$OUT/exec-scale.json" \
   2> "$OUT/progress.txt" | tee "$OUT/table.txt"
 rc=${PIPESTATUS[0]}
 cat "$OUT/progress.txt"

@@ -75,3 +75,23 @@ def test_fork_bound_500_ratios_as_quoted() -> None:
         text = (REPO / "docs" / doc).read_text()
         assert f"wall(K=2)/wall(K=1) = {k2}" in text.replace("**", ""), doc
         assert f"wall(K=4)/wall(K=1) = {k4}" in text.replace("**", ""), doc
+
+
+def test_per_event_cost_as_quoted() -> None:
+    doc = json.loads((EVIDENCE / "events-per-host" / "exec-scale.json").read_text())
+    marg = {m["k"]: m for m in doc["marginal_event_cpu"]}
+    assert set(marg) == {1, 4}
+    runs = {(r["exec_nodes"], r["extra_tasks"]): r for r in doc["runs"]}
+    for k, m in marg.items():
+        lo, hi = runs[(k, 0)], runs[(k, 30)]
+        # 30 more tasks: a start and a result per host each, and one task start per shard
+        assert hi["events"] - lo["events"] >= 30 * 2 * hi["hosts"]
+        us = ((hi["coordinator_cpu_s"] - lo["coordinator_cpu_s"]) * 1e6
+              / (hi["events"] - lo["events"]))
+        assert m["us_per_extra_event"] == pytest.approx(us, abs=0.1)
+    perf = (REPO / "docs" / "performance.md").read_text()
+    scale = (REPO / "docs" / "scale.md").read_text()
+    for k in (1, 4):
+        figure = f"{marg[k]['us_per_extra_event']:.1f}"
+        assert f"{figure} us" in perf.replace("**", ""), figure
+        assert figure in scale, figure

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -69,12 +70,23 @@ def build_collection(tmp: Path) -> tuple[Path, Path]:
     return tarball, collections
 
 
-def rollout(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int]:
+def rollout(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int, float]:
+    """(wall s, exit status, CPU s of the coordinator and of the descendants it reaped: with
+    the local executor ansible-playbook and its forks too, with ssh its ssh clients only)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                               timeout=3600, check=False)
-    return time.monotonic() - t0, proc.returncode
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, proc.returncode, cpu
+
+
+def count_events(runner: Path) -> int:
+    """Lines of every playbook run's slim events.jsonl under a runner folder."""
+    return sum(sum(1 for _ in p.open("rb")) for p in runner.glob("artifacts/*/events.jsonl"))
 
 
 def outcomes(report: Path) -> list[str]:
@@ -113,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             if k:
                 ex.trust(lab.key, lab.known_hosts)
             name = executor if not k else f"ssh-k{k}"
-            report, ledger = tmp / f"{name}.json", tmp / f"{name}.sqlite"
+            # a ledger folder per run: its runner/ (beside the ledger) then holds only this
+            # run's playbook artifacts, whose events.jsonl lines are counted
+            (tmp / name).mkdir()
+            report, ledger = tmp / f"{name}.json", tmp / name / "ledger.sqlite"
             argv_ = [str(Path(sys.executable).with_name("provisioner")), "rollout",
                      "-i", str(inventory), "--no-verify", "--waves", "100%", "--plain",
                      "--allow-reboot",
@@ -126,15 +141,17 @@ def main(argv: list[str] | None = None) -> int:
                           "--known-hosts", str(kh), "--forks-per-exec-node", str(args.forks)]
             else:
                 argv_ += ["--max-parallel", str(args.forks)]
-            wall, rc = rollout(argv_, env, tmp / f"{name}.log")
+            wall, rc, cpu = rollout(argv_, env, tmp / f"{name}.log")
+            events = count_events(tmp / name / "runner")
             got = outcomes(report) if report.exists() else []
             ok = rc == 0 and len(got) == NODES and all(s in ("ok", "changed") for s in got)
             if not ok:
                 tail = (tmp / f"{name}.log").read_text()[-3000:]
                 print(f"{name}: exit {rc}, outcomes {got}: NO FIGURE\n{tail}", file=sys.stderr)
                 return 1
-            results.append({"config": name, "exec_nodes": k, "wall_s": round(wall, 1)})
-            print(f"{name}: {wall:.1f} s", flush=True)
+            results.append({"config": name, "exec_nodes": k, "wall_s": round(wall, 1),
+                            "cpu_s": round(cpu, 2), "events": events})
+            print(f"{name}: {wall:.1f} s, {cpu:.2f} CPU-s, {events} events", flush=True)
     finally:
         if ex is not None:
             ex.down()
@@ -144,10 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 0
     print(f"\nsite.yml (p2pdma) on {NODES} SIMULATED lab nodes, {args.forks} forks per "
           f"executor, {cores} cores, {platform.machine()}:")
-    print("| executor | wall s | / local |")
-    print("|---|---|---|")
+    print("| executor | wall s | / local | coordinator CPU s | events (per node) |")
+    print("|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['config']} | {r['wall_s']:.1f} | {r['wall_s'] / local:.2f} |")
+        print(f"| {r['config']} | {r['wall_s']:.1f} | {r['wall_s'] / local:.2f} | "
+              f"{r['cpu_s']:.2f} | {r['events']} ({r['events'] / NODES:.0f}) |")
+    print("coordinator CPU: with the local executor ansible-playbook and its forks count too; "
+          "with ssh only the coordinator and its ssh clients")
     k1 = next(r["wall_s"] for r in results if r["exec_nodes"] == 1)
     k2 = next(r["wall_s"] for r in results if r["exec_nodes"] == 2)
     print(f"K=2 / K=1: {k2 / k1:.2f}")

@@ -95,3 +95,17 @@ def test_per_event_cost_as_quoted() -> None:
         figure = f"{marg[k]['us_per_extra_event']:.1f}"
         assert f"{figure} us" in perf.replace("**", ""), figure
         assert figure in scale, figure
+
+
+def test_site_yml_lab_figures_as_quoted() -> None:
+    doc = json.loads((EVIDENCE / "site-yml-lab" / "exec-lab.json").read_text())
+    by = {r["config"]: r for r in doc["results"]}
+    assert set(by) == {"local", "ssh-k1", "ssh-k2"}
+    k1 = by["ssh-k1"]
+    # the execution-node path leaves the playbook's CPU on the execution node
+    assert k1["cpu_s"] < by["local"]["cpu_s"] / 10
+    per_node = round(k1["events"] / doc["nodes"])
+    perf = (REPO / "docs" / "performance.md").read_text()
+    scale = (REPO / "docs" / "scale.md").read_text()
+    assert f"**{k1['cpu_s']:.2f}** | {k1['events']:,} ({per_node})" in perf
+    assert f"{k1['cpu_s']:.2f} CPU-s of coordinator for the {doc['nodes']}" in scale

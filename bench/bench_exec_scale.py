@@ -33,8 +33,8 @@ ratios measure the machine, not the design: the table says how many cores there 
 
 The last form runs each size twice, with the short playbook and with 30 more ``debug`` tasks,
 and prints the coordinator's CPU per extra event: a playbook's events, not its hosts, are what
-the coordinator's CPU grows with (two per task and host, a start and a result: some 300 per
-host for site.yml).
+the coordinator's CPU grows with (two per task and host, a start and a result; site.yml with
+its reboot makes about 460 per node, bench_exec_lab.py counts them).
 
 Needs root and OpenSSH's sshd, ssh and ssh-keygen (scripts/setup.sh installs them).
 """
@@ -95,7 +95,8 @@ SLEEP_TASK = """\
 
 # --extra-tasks N adds N of these: each is two more events per host (its start and its result)
 # through the worker's stream, ansible-runner's Processor, gdsfleet's handler and events.jsonl,
-# and almost no work on the execution node; the coordinator's CPU per event is the difference
+# and no module to run on the execution node (Ansible still forks there per task and host);
+# the coordinator's CPU per event is the difference
 # in its CPU over the difference in events between two runs that differ only in N
 EXTRA_TASK = """\
     - name: Extra task {i}

@@ -13,14 +13,8 @@ cd "$(dirname "$0")/.."
 FINAL=${OUT:-/tmp/gdsfleet-role-includes}
 OUT=$FINAL/work
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-export ANSIBLE_COLLECTIONS_PATH=$PWD/.devcarry/collections ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
-export ANSIBLE_LOCAL_TEMP=/tmp/gdsfleet-ansible-tmp ANSIBLE_STDOUT_CALLBACK=default
-ansible-galaxy collection build --force --output-path /tmp/gdsfleet-build . >/dev/null &&
-  ansible-galaxy collection install --force --offline --no-deps -p .devcarry/collections \
-    /tmp/gdsfleet-build/gdsfleet-gds-*.tar.gz >/dev/null || { echo "collection install failed"; exit 1; }
+# the carried wheels and collections, and this checkout's collection
+. scripts/device_node_env.sh || exit 1
 { uname -r; grep PRETTY_NAME /etc/os-release; ansible --version | head -1; } > "$OUT/machine.txt" 2>&1
 inv=$OUT/inventory.yml
 printf 'all:\n  hosts:\n    %s:\n      ansible_connection: local\n      ansible_python_interpreter: %s\n' \

@@ -29,15 +29,9 @@ REPACK=${REPACK:-kvikio-cu13==26.10.0 cupy-cuda13x[ctk]==14.2.0 nvidia-cuda-runt
 ev=$OUT/runtime
 wheels=/tmp/gdsfleet-wheels
 mkdir -p "$ev"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
-export ANSIBLE_COLLECTIONS_PATH=$PWD/.devcarry/collections ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
-export ANSIBLE_LOCAL_TEMP=/tmp/gdsfleet-ansible-tmp ANSIBLE_STDOUT_CALLBACK=default
-
-ansible-galaxy collection build --force --output-path /tmp/gdsfleet-build . >/dev/null &&
-  ansible-galaxy collection install --force --offline --no-deps -p .devcarry/collections \
-    /tmp/gdsfleet-build/gdsfleet-gds-*.tar.gz >/dev/null || { echo "collection install failed"; exit 1; }
+# the carried wheels and collections, and this checkout's collection
+. scripts/device_node_env.sh || exit 1
+export PYTHONPATH=/tmp/site:$PWD
 
 {
   date -u; uname -r; grep PRETTY /etc/os-release

@@ -43,6 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.bench_exec_scale import count_events  # noqa: E402
 from tests.harness import execnode  # noqa: E402
 from tests.harness import lab as labmod  # noqa: E402
 from tests.harness import run as runmod  # noqa: E402
@@ -82,11 +83,6 @@ def rollout(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, int
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, proc.returncode, cpu
-
-
-def count_events(runner: Path) -> int:
-    """Lines of every playbook run's slim events.jsonl under a runner folder."""
-    return sum(sum(1 for _ in p.open("rb")) for p in runner.glob("artifacts/*/events.jsonl"))
 
 
 def outcomes(report: Path) -> list[str]:
@@ -142,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 argv_ += ["--max-parallel", str(args.forks)]
             wall, rc, cpu = rollout(argv_, env, tmp / f"{name}.log")
-            events = count_events(tmp / name / "runner")
+            events = count_events(tmp / name)
             got = outcomes(report) if report.exists() else []
             ok = rc == 0 and len(got) == NODES and all(s in ("ok", "changed") for s in got)
             if not ok:

@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_all()
     words = list(sys.argv[1:] if argv is None else argv)
     register_argv(list(words), os.environ)
+    _warn_refused_secrets()
     # the first word that is not an option names the command (the top level's only options,
     # -h and --version, take no value)
     parser = build_parser(next((w for w in words if not w.startswith("-")), ""))
@@ -119,6 +120,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
         report_internal(prog, exc)
         return int(Exit.INTERNAL)
+
+
+def _warn_refused_secrets() -> None:
+    """One line per secret too short or too common to mask in free text (it would mask the
+    reports' own words): the operator learns where it is not hidden, and how to fix that."""
+    from provisioner.redact import refusals
+    from provisioner.sanitize import printable
+
+    for source, reason in refusals():
+        print(printable(
+            f"provisioner: warning: {source} is not masked in free text: {reason}; it is "
+            f"still hidden where it is a URL password or a secret-named field's value, but "
+            f"an error message quoting it would show it: use a longer, uncommon secret"),
+            file=sys.stderr)
 
 
 def console_main() -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
 
@@ -65,7 +65,29 @@ _KV_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;&'\"]+")
 
 _VALUES: set[str] = set()
 _VALUES_LOCK = threading.Lock()
-_MIN_REGISTERED = 4  # shorter values would mask ordinary words
+_MIN_REGISTERED = 4  # shorter values are not secrets at all (a flag, a count)
+# A registered value is masked wherever it appears in free text, so a short one or a word a
+# report is made of would mask report words: PGPASSWORD=fail once turned every check status
+# "fail" into "***" (0 JUnit failures on a NOT COMPLIANT node), PGPASSWORD=node renamed the
+# JSON key "nodes". Such a value is refused for free text (:func:`refusals` says why, the
+# CLI prints it); secret-named fields and URL passwords are still masked whole.
+MIN_FREE_TEXT = 6
+# the words every report is made of: check statuses, node results, routes, I/O paths, rollout
+# steps and the report's own top-level keys (provisioner.verify.model, provisioner.reports)
+REPORT_WORDS = frozenset({
+    "pass", "warn", "skip", "fail", "passed", "failed", "skipped", "warning", "error",
+    "errors", "compliant", "not compliant", "not_compliant", "unreachable", "reachable",
+    "nvfs", "p2pdma", "compat", "none", "unknown", "direct", "nodes", "node", "checks",
+    "check", "status", "summary", "total", "routes", "route", "paths", "path", "exit_code",
+    "io_test", "gdsio", "gdscheck", "facts", "raw", "policy", "ledger", "fleet", "run_id",
+    "kind", "verify", "rollout", "schema_version", "started_at", "finished_at",
+    "generated_at", "message", "expected", "observed", "evidence", "drift", "interrupted",
+    "running", "pending", "provisioned", "verified", "rebooted", "waves", "wave", "step",
+    "reason", "failure", "name", "duration_s", "path_taken", "internal_error", "test",
+    "testsuite", "testsuites", "testcase", "properties", "property", "system-out",
+    "gdsfleet",
+})
+_REFUSED: list[tuple[str, str]] = []
 # settings, never secrets, whatever the variable is called (TOKENIZERS_PARALLELISM=false,
 # HF_HUB_DISABLE_TOKEN=1, ANSIBLE_HOST_KEY_CHECKING=False): masking them would hide every
 # "false" of a report
@@ -213,11 +235,33 @@ def _strongly_secret(name: str) -> bool:
 
 
 # ------------------------------------------------------------------------------ registry
-def register(value: Any) -> None:
-    """Mask ``value`` (and its URL-encoded forms) wherever :func:`redact_text` sees it."""
+def free_text_refusal(value: str) -> str | None:
+    """Why ``value`` cannot be masked safely in free text (too short, or a word every
+    report holds), or None when it can."""
+    v = value.strip()
+    if len(v) < MIN_FREE_TEXT:
+        return (f"it is too short ({len(v)} characters; {MIN_FREE_TEXT} or more can be "
+                f"masked in free text without masking ordinary words)")
+    if v.lower() in REPORT_WORDS or v.lower() in _NOT_SECRET_VALUES:
+        return "it is a word every report is made of (a key, a status or a verdict)"
+    return None
+
+
+def register(value: Any, source: str | None = None) -> None:
+    """Mask ``value`` (and its URL-encoded forms) wherever :func:`redact_text` sees it.
+
+    A value :func:`free_text_refusal` refuses is not registered; the refusal, naming
+    ``source`` (a variable or option, never the value), is kept for :func:`refusals`."""
     if not isinstance(value, str) or len(value) < _MIN_REGISTERED \
             or value.strip().lower() in _NOT_SECRET_VALUES:
         return  # a flag is never masked: it would hide every "false" of a report
+    reason = free_text_refusal(value)
+    if reason is not None:
+        with _VALUES_LOCK:
+            entry = (source or "a secret", reason)
+            if entry not in _REFUSED:
+                _REFUSED.append(entry)
+        return
     with _VALUES_LOCK:
         for v in (value, quote(value, safe=""), quote_plus(value), unquote(value)):
             if len(v) >= _MIN_REGISTERED:
@@ -229,10 +273,17 @@ def registered() -> frozenset[str]:
         return frozenset(_VALUES)
 
 
+def refusals() -> list[tuple[str, str]]:
+    """(source, reason) of each secret :func:`register` refused to mask in free text."""
+    with _VALUES_LOCK:
+        return list(_REFUSED)
+
+
 def forget_all() -> None:
     """Empty the registry (tests)."""
     with _VALUES_LOCK:
         _VALUES.clear()
+        _REFUSED.clear()
 
 
 def secrets_in_text(text: str) -> list[str]:
@@ -262,9 +313,9 @@ def register_mapping(doc: Any) -> None:
         for k, v in doc.items():
             if is_secret_name(str(k)):
                 if isinstance(v, (str, int, float)) and not isinstance(v, bool):
-                    register(str(v))
+                    register(str(v), f"the extra variable {str(k)[:64]}")
                 else:
-                    register_mapping_values(v)
+                    register_mapping_values(v, f"the extra variable {str(k)[:64]}")
             else:
                 register_mapping(v)
     elif isinstance(doc, (list, tuple)):
@@ -272,18 +323,18 @@ def register_mapping(doc: Any) -> None:
             register_mapping(item)
     elif isinstance(doc, str):
         for s in secrets_in_text(doc):
-            register(s)
+            register(s, "a secret on the command line")
 
 
-def register_mapping_values(doc: Any) -> None:
+def register_mapping_values(doc: Any, source: str | None = None) -> None:
     if isinstance(doc, Mapping):
         for v in doc.values():
-            register_mapping_values(v)
+            register_mapping_values(v, source)
     elif isinstance(doc, (list, tuple)):
         for item in doc:
-            register_mapping_values(item)
+            register_mapping_values(item, source)
     elif isinstance(doc, (str, int, float)) and not isinstance(doc, bool):
-        register(str(doc))
+        register(str(doc), source)
 
 
 def register_argv(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
@@ -293,19 +344,20 @@ def register_argv(argv: Sequence[str], environ: Mapping[str, str] | None = None)
         if value is None:
             continue
         for s in secrets_in_text(value):
-            register(s)
-        register(url_password(value))
+            register(s, "a secret on the command line")
+        register(url_password(value), "a URL password on the command line")
         if _kind == "extra":
             register_mapping(_parse_extra(value))
         elif _kind == "secret-option":
-            register(value)
+            register(value, "a secret option on the command line")
     for k, v in (environ or {}).items():
+        name = f"${k[:64]}"
         if is_secret_env(k, v):
-            register(v)
+            register(v, name)
         if "://" in v:
             for s in secrets_in_text(v):
-                register(s)
-            register(url_password(v))
+                register(s, name)
+            register(url_password(v), f"the URL password in {name}")
 
 
 # ------------------------------------------------------------------------------ text
@@ -314,13 +366,14 @@ def _name_hides(name: str, sep: str) -> bool:
     return is_secret_name(name) if sep == "=" else _strongly_secret(name)
 
 
-def redact_known(text: str) -> str:
+def redact_known(text: str, *, keep: Collection[str] = ()) -> str:
     """``text`` with registered values, private keys and URL passwords masked: safe on a
-    serialized document (JSON, XML), whose structure it keeps."""
+    serialized document (JSON, XML), whose structure it keeps. A registered value whose
+    lower case is in ``keep`` (the keys of the document ``text`` is from) is left alone."""
     if not text:
         return text
     for value in sorted(registered(), key=len, reverse=True):
-        if value in text:
+        if value in text and value.lower() not in keep:
             text = text.replace(value, MASK)
     text = _PEM.sub("[REDACTED PRIVATE KEY]", text)
     text = mask_spans(text, url_password_spans(text))
@@ -497,25 +550,105 @@ def redact_mapping(doc: Any) -> Any:
     return doc
 
 
+# ------------------------------------------------------------------------------ documents
+# How deep a report document may nest: a node's document nested 700 levels (a hostile
+# nvme_topology output) made the JUnit and HTML writers exit 70 (RecursionError) after the
+# ledger and the JSON report were written. Below this depth a value is replaced by a note.
+MAX_DEPTH = 64
+# fields whose value is one of a few words (a check's status, a node's route, the I/O test's
+# path, a rollout step): never masked when it is one of them
+ENUM_FIELDS = frozenset({"status", "route", "path_taken", "io_path", "kind", "step", "failure",
+                         "result"})
+
+
+def mask_whole(value: str) -> str:
+    """The value of a secret-named field: ``<redacted>`` unless empty or a flag."""
+    v = value.strip()
+    return REDACTED if v and v.lower() not in _NOT_SECRET_VALUES else value
+
+
+def too_deep() -> str:
+    return f"[gdsfleet: nested deeper than {MAX_DEPTH} levels; cut]"
+
+
+def field_kind(key: str) -> str:
+    """How a report field's string value is masked: ``secret`` (whole: a secret-named
+    field), ``enum`` (kept when it is one of its words) or ``text`` (secrets in it masked)."""
+    if key in ENUM_FIELDS:
+        return "enum"
+    if is_secret_name(key):
+        return "secret"
+    return "text"
+
+
+def document_keys(doc: Any) -> frozenset[str]:
+    """The registered values that are keys of ``doc`` (lower case): a secret spelled like a
+    key of the report is not masked in that report's text (it would rewrite the report's own
+    words; :func:`free_text_refusal` refuses the usual ones up front). Iterative, bounded by
+    ``MAX_DEPTH``."""
+    values = {v.lower() for v in registered()}
+    if not values:
+        return frozenset()
+    found: set[str] = set()
+    stack: list[tuple[Any, int]] = [(doc, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            continue
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                if isinstance(k, str) and k.lower() in values:
+                    found.add(k.lower())
+                if isinstance(v, Mapping | list | tuple):
+                    stack.append((v, depth + 1))
+        elif isinstance(node, list | tuple):
+            stack.extend((x, depth + 1) for x in node if isinstance(x, Mapping | list | tuple))
+    return frozenset(found)
+
+
 def redact_document(doc: Any) -> Any:
-    """A copy of a report document with every string (keys too) through :func:`redact_known`:
-    secrets are masked in the data, before it is serialized, so JSON, XML and HTML keep their
-    structure and their booleans and numbers whatever was registered."""
-    if isinstance(doc, Mapping):
-        return {(redact_known(k) if isinstance(k, str) else k): redact_document(v)
-                for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [redact_document(x) for x in doc]
-    if isinstance(doc, tuple):
-        return tuple(redact_document(x) for x in doc)
-    if isinstance(doc, str):
-        return redact_known(doc)
-    return doc
+    """A copy of a report document made safe to serialize: every string value through
+    :func:`redact_known` (a secret spelled like one of the document's keys excepted), the
+    whole value of a secret-named field ``<redacted>``, keys, numbers, booleans and the
+    words of enumerated fields (``ENUM_FIELDS``) never altered (``PGPASSWORD=fail`` once
+    turned every failed check into ``***`` and JUnit's failures into 0), nesting cut at
+    ``MAX_DEPTH``. JSON, XML and HTML keep their structure whatever was registered."""
+    keep = document_keys(doc)
+
+    def walk(node: Any, depth: int, key: Any = None) -> Any:
+        if isinstance(node, Mapping | list | tuple) and depth > MAX_DEPTH:
+            return too_deep()
+        if isinstance(node, Mapping):
+            return {k: walk(v, depth + 1, k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(x, depth + 1) for x in node]
+        if isinstance(node, tuple):
+            return tuple(walk(x, depth + 1) for x in node)
+        if isinstance(node, str):
+            kind = field_kind(key) if isinstance(key, str) else "text"
+            if kind == "secret":
+                return mask_whole(node)
+            if kind == "enum" and node.strip().lower() in REPORT_WORDS:
+                return node
+            return redact_known(node, keep=keep)
+        return node
+
+    return walk(doc, 0)
 
 
 __all__ = [
+    "ENUM_FIELDS",
     "MASK",
+    "MAX_DEPTH",
+    "MIN_FREE_TEXT",
     "REDACTED",
+    "REPORT_WORDS",
+    "document_keys",
+    "field_kind",
+    "mask_whole",
+    "free_text_refusal",
+    "refusals",
+    "too_deep",
     "display_url",
     "forget_all",
     "is_secret_env",

@@ -69,66 +69,102 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
 
 
 def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` with every secret masked in its strings: the copy
-    ``provisioner.redact.redact_document`` makes (every string, keys too, through
-    ``redact_known``), each distinct string masked once. A fleet's report repeats most of its
+    """``doc`` made safe to serialize: :func:`provisioner.redact.redact_document`'s copy
+    (secrets masked in values, never in keys, enumerated values or numbers; nesting cut at
+    ``MAX_DEPTH``), each distinct string masked once. A fleet's report repeats most of its
     strings node after node (every key, check id, expected value and fix), and masking them
     one by one was most of what writing a 64-node report cost."""
-    from provisioner.redact import redact_known
+    from provisioner.redact import (
+        MAX_DEPTH,
+        REPORT_WORDS,
+        document_keys,
+        field_kind,
+        mask_whole,
+        redact_known,
+        too_deep,
+    )
 
+    keep = document_keys(doc)  # a secret equal to one of them is not masked in this report
     masked: dict[str, str] = {}  # this call's: the registered secrets do not change during it
+    kinds: dict[str, str] = {}  # key -> field_kind(key)
     plain = (int, float, bool, type(None))
 
     def text(value: str) -> str:
         out = masked.get(value)
         if out is None:
-            out = masked[value] = redact_known(value)
+            out = masked[value] = redact_known(value, keep=keep)
         return out
 
+    def field(key: str, value: str) -> str:
+        kind = kinds.get(key)
+        if kind is None:
+            kind = kinds[key] = field_kind(key)
+        if kind == "secret":
+            return mask_whole(value)
+        if kind == "enum" and value.strip().lower() in REPORT_WORDS:
+            return value
+        return masked[value] if value in masked else text(value)
+
     # A report is plain dicts, lists, strings and numbers: those are told apart by their
-    # exact type inside the one loop below (no call for a string or a number; a 64-node
-    # report holds about 90,000 values, and one Python call each was most of this function's
-    # time); any other type goes through walk's general case. A dict's values go through the
-    # same loop, its keys through the cache and text.
-    def walk_values(values: Iterable[Any]) -> list[Any]:
+    # exact type inside the loops below (no call for a string or a number; a 64-node report
+    # holds about 90,000 values, and one Python call each was most of this function's time);
+    # any other type goes through walk's general case.
+    def walk_values(values: Iterable[Any], depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            return too_deep()
         out = []
         for v in values:
             kind = type(v)
             if kind is str:
                 v = masked[v] if v in masked else text(v)
             elif kind is dict:
-                v = walk_dict(v)
+                v = walk_dict(v, depth + 1)
             elif kind is list:
-                v = walk_values(v)
+                v = walk_values(v, depth + 1)
             elif kind not in plain:
-                v = walk(v)
+                v = walk(v, depth + 1)
             out.append(v)
         return out
 
-    def walk_dict(node: dict[Any, Any]) -> dict[Any, Any]:
-        keys = [masked[k] if k in masked else text(k) if isinstance(k, str) else k
-                for k in node]
-        return dict(zip(keys, walk_values(node.values()), strict=True))
+    def walk_dict(node: dict[Any, Any], depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            return too_deep()
+        out = {}
+        for k, v in node.items():
+            kind = type(v)
+            if kind is str or (kind not in plain and isinstance(v, str)):
+                v = field(k, v) if isinstance(k, str) else (masked[v] if v in masked else text(v))
+            elif kind is dict:
+                v = walk_dict(v, depth + 1)
+            elif kind is list:
+                v = walk_values(v, depth + 1)
+            elif kind not in plain:
+                v = walk(v, depth + 1)
+            out[k] = v
+        return out
 
-    def walk(node: Any) -> Any:
+    def walk(node: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH and isinstance(node, Mapping | list | tuple):
+            return too_deep()
         kind = type(node)
         if kind is dict:
-            return walk_dict(node)
+            return walk_dict(node, depth)
         if kind is list:
-            return walk_values(node)
+            return walk_values(node, depth)
         if kind is str:
             return text(node)
         if isinstance(node, Mapping):
-            return {(text(k) if isinstance(k, str) else k): walk(v) for k, v in node.items()}
+            return walk_dict(dict(node), depth)
         if isinstance(node, list):
-            return [walk(x) for x in node]
+            return walk_values(node, depth)
         if isinstance(node, tuple):
-            return tuple(walk(x) for x in node)
+            out = walk_values(node, depth)
+            return tuple(out) if isinstance(out, list) else out
         if isinstance(node, str):
             return text(node)
         return node
 
-    return dict(walk(doc))
+    return dict(walk(doc, 0))
 
 
 def atomic_write(path: str | os.PathLike[str], data: str, *, mode: int = PRIVATE) -> None:

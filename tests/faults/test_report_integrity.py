@@ -1,0 +1,159 @@
+"""Fault injection: what a secret, a hostile node document or a hostile ledger row may do to
+the reports (issue 27, items 2, 5, 8, 9 and 10).
+
+Each test names the issue's item it covers and failed on the code before the fix. The base
+document is a real verify report of the H100 node (docs/evidence/h100-reports/
+verify-gdsio.json: NOT COMPLIANT, compat route, gdsio runs), rendered by the report writers
+the CLI uses; the CLI runs in process with a stand-in node interpreter
+(tests/faults/test_hostile_node.py's ``answering``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from provisioner import redact
+from provisioner.cli import main
+from provisioner.exitcodes import Exit
+from provisioner.reports import to_json
+from provisioner.reports.files import safe_document
+from provisioner.reports.junit import to_junit
+from provisioner.reports.prom import to_prometheus
+from tests.faults.test_hostile_node import answering, gather_doc
+
+REPO = Path(__file__).resolve().parents[2]
+H100_REPORT = REPO / "docs" / "evidence" / "h100-reports" / "verify-gdsio.json"
+
+
+@pytest.fixture(autouse=True)
+def _private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("GDSFLEET_LEDGER", raising=False)
+    monkeypatch.delenv("GDSFLEET_DEBUG_LOG", raising=False)
+    redact.forget_all()
+    yield
+    redact.forget_all()
+
+
+def h100_doc() -> dict[str, Any]:
+    return dict(json.loads(H100_REPORT.read_text()))
+
+
+def keys_of(doc: Any) -> set[str]:
+    out: set[str] = set()
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            out.update(k for k in node if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
+def strict_json(text: str) -> Any:
+    """JSON as a strict consumer reads it: NaN and Infinity refused."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def rendered(doc: dict[str, Any]) -> dict[str, str]:
+    safe = safe_document(doc)
+    return {"json": to_json(safe), "junit": to_junit(safe),
+            "prom": to_prometheus(safe, now=1_700_000_000.0)}
+
+
+# ============================================================ 2. a secret's value
+def test_2_no_status_word_or_report_key_as_a_secret_alters_a_report() -> None:
+    """Item 2: with each check status, node result, route, I/O path and every key of a real
+    report as the value of ``PGPASSWORD``, the JSON, JUnit and Prometheus renderings of that
+    report are byte for byte those without a secret. Before: ``PGPASSWORD=fail`` turned
+    every failed check into ``***`` (JUnit: 0 failures; Prometheus: ``status="***"``),
+    ``PGPASSWORD=node`` renamed the key ``nodes``."""
+    from provisioner.reports.model import (
+        RESULT_COMPLIANT,
+        RESULT_ERROR,
+        RESULT_NOT_COMPLIANT,
+        RESULT_UNREACHABLE,
+    )
+    from provisioner.verify.model import PATHS, ROUTES, STATUSES
+
+    doc = h100_doc()
+    baseline = rendered(doc)
+    words = {*STATUSES, *ROUTES, *PATHS, RESULT_COMPLIANT, RESULT_NOT_COMPLIANT,
+             RESULT_UNREACHABLE, RESULT_ERROR, "node", "test", *keys_of(doc)}
+    changed = []
+    for word in sorted(words):
+        redact.forget_all()
+        redact.register_argv([], {"PGPASSWORD": word})
+        if rendered(doc) != baseline:
+            changed.append(word)
+    assert not changed, changed
+    assert len(words) > 250  # the real report's keys were all tried
+
+
+def test_2_keys_enumerated_values_and_numbers_survive_any_registered_secret() -> None:
+    """Item 2: even a secret registered past the refusal (a long one that is part of a
+    status word or of a key) never alters a key, a status, a route, a path or a number; a
+    secret-named field is masked whole, and free text is still masked."""
+    doc = h100_doc()
+    node = doc["nodes"][0]
+    node["db_password"] = "hunter2-long-secret"  # noqa: S105 - a test canary
+    node["error"] = "driver said: hunter2-long-secret is wrong"
+    for secret in ("unreachabl", "not compli", "p2pdma_x", "_release"):
+        redact.register(secret)
+    redact.register("hunter2-long-secret")
+    out = strict_json(rendered(doc)["json"])
+    got = out["nodes"][0]
+    assert keys_of(out) == keys_of(doc)
+    assert [c["status"] for c in got["checks"]] == [c["status"] for c in node["checks"]]
+    assert got["route"] == node["route"] and got["io_test"]["path_taken"] == \
+        node["io_test"]["path_taken"]
+    assert got["db_password"] == redact.REDACTED
+    assert got["error"] == "driver said: *** is wrong"
+    assert out["summary"] == doc["summary"]
+
+
+@pytest.mark.parametrize("secret", ["fail", "node", "test", "nodes", "passed", "compliant"])
+def test_2_verify_with_a_common_secret_keeps_its_verdicts_and_says_why_it_is_not_masked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        secret: str) -> None:
+    """Item 2, through the CLI: ``PGPASSWORD=fail`` (or node, test, ...) on a NOT COMPLIANT
+    node: the JUnit report counts its failures, the textfile keeps ``status="fail"`` and
+    every per-node metric, the JSON keeps ``nodes``; one warning line names the variable
+    (never the value) and why it is not masked in free text. Before: 0 JUnit failures,
+    ``status="***"``, ``***s``, and no word about it."""
+    monkeypatch.setenv("PGPASSWORD", secret)
+    bin_dir = answering(tmp_path, gather_doc(os_release="ID=debian\n"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    code = main(["verify", "--local", "--no-io-test", "--no-ledger", "--json",
+                 str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
+                 "--prom-textfile", str(prom)])
+    _out, err = capsys.readouterr()
+    assert code == Exit.NOT_COMPLIANT
+    doc = strict_json((tmp_path / "r.json").read_text())
+    assert doc["nodes"][0]["compliant"] is False
+    fails = [c for c in doc["nodes"][0]["checks"] if c["status"] == "fail"]
+    assert fails
+    root = ET.parse(tmp_path / "j.xml").getroot()  # noqa: S314 - our own output
+    assert int(root.get("failures") or root[0].get("failures") or 0) == len(fails)
+    families = {f.name: f for f in text_string_to_metric_families(
+        (prom / "gdsfleet.prom").read_text())}
+    statuses = {s.labels["status"] for s in families["gdsfleet_node_checks"].samples}
+    assert statuses == {"pass", "warn", "skip", "fail"}
+    assert "$PGPASSWORD is not masked in free text" in err
+    assert ("too short" in err) if len(secret) < redact.MIN_FREE_TEXT \
+        else ("a word every report is made of" in err)

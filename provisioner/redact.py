@@ -19,6 +19,7 @@ by ``--ledger`` or ``$GDSFLEET_LEDGER``, and private key material in error texts
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -612,7 +613,8 @@ def redact_document(doc: Any) -> Any:
     whole value of a secret-named field ``<redacted>``, keys, numbers, booleans and the
     words of enumerated fields (``ENUM_FIELDS``) never altered (``PGPASSWORD=fail`` once
     turned every failed check into ``***`` and JUnit's failures into 0), nesting cut at
-    ``MAX_DEPTH``. JSON, XML and HTML keep their structure whatever was registered."""
+    ``MAX_DEPTH``, NaN and infinities null. JSON, XML and HTML keep their structure
+    whatever was registered."""
     keep = document_keys(doc)
 
     def walk(node: Any, depth: int, key: Any = None) -> Any:
@@ -631,6 +633,8 @@ def redact_document(doc: Any) -> Any:
             if kind == "enum" and node.strip().lower() in REPORT_WORDS:
                 return node
             return redact_known(node, keep=keep)
+        if isinstance(node, float) and not math.isfinite(node):
+            return None  # NaN and infinities: null (strict JSON parsers refuse them)
         return node
 
     return walk(doc, 0)

@@ -36,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         for r in records:
             r.pop("report", None)
-        json.dump({"ledger": display_url(location), "node": args.node, "history": records},
-                  sys.stdout, indent=2)
+        from provisioner.sanitize import finite_document
+
+        # another writer's row may hold NaN: strict JSON out, whatever the ledger holds
+        json.dump(finite_document({"ledger": display_url(location), "node": args.node,
+                                   "history": records}),
+                  sys.stdout, indent=2, allow_nan=False, default=str)
         sys.stdout.write("\n")
         return int(Exit.OK)
     out = sys.stdout

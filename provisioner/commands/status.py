@@ -90,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
         rows = [r for r in rows if r["drift"]]
     drifted = sum(1 for r in rows if r["drift"])
     if args.json:
-        json.dump({"ledger": display_url(location), "nodes": rows}, sys.stdout, indent=2)
+        from provisioner.sanitize import finite_document
+
+        # another writer's row may hold NaN: strict JSON out, whatever the ledger holds
+        json.dump(finite_document({"ledger": display_url(location), "nodes": rows}), sys.stdout,
+                  indent=2, allow_nan=False, default=str)
         sys.stdout.write("\n")
     else:
         print_table(rows, location)

@@ -25,6 +25,7 @@ registered value replaced inside JSON once turned ``"compliant": false`` into
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -71,9 +72,9 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
 def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc`` made safe to serialize: :func:`provisioner.redact.redact_document`'s copy
     (secrets masked in values, never in keys, enumerated values or numbers; nesting cut at
-    ``MAX_DEPTH``), each distinct string masked once. A fleet's report repeats most of its
-    strings node after node (every key, check id, expected value and fix), and masking them
-    one by one was most of what writing a 64-node report cost."""
+    ``MAX_DEPTH``; NaN and infinities null), each distinct string masked once. A fleet's
+    report repeats most of its strings node after node (every key, check id, expected value
+    and fix), and masking them one by one was most of what writing a 64-node report cost."""
     from provisioner.redact import (
         MAX_DEPTH,
         REPORT_WORDS,
@@ -117,6 +118,8 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             kind = type(v)
             if kind is str:
                 v = masked[v] if v in masked else text(v)
+            elif kind is float:
+                v = v if v - v == 0.0 else None  # NaN and infinities: null (strict JSON)
             elif kind is dict:
                 v = walk_dict(v, depth + 1)
             elif kind is list:
@@ -134,6 +137,8 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             kind = type(v)
             if kind is str or (kind not in plain and isinstance(v, str)):
                 v = field(k, v) if isinstance(k, str) else (masked[v] if v in masked else text(v))
+            elif kind is float:
+                v = v if v - v == 0.0 else None
             elif kind is dict:
                 v = walk_dict(v, depth + 1)
             elif kind is list:
@@ -162,6 +167,8 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             return tuple(out) if isinstance(out, list) else out
         if isinstance(node, str):
             return text(node)
+        if isinstance(node, float) and not math.isfinite(node):
+            return None
         return node
 
     return dict(walk(doc, 0))

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from provisioner.reports.model import RESULT_COMPLIANT, io_path, node_result, node_view
+from provisioner.sanitize import printable
 
 FILENAME = "gdsfleet.prom"
 STATUSES = ("pass", "warn", "skip", "fail")
@@ -45,7 +46,12 @@ METRICS: dict[str, str] = {
 
 
 def _escape(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """A label value: control characters, line and paragraph separators shown escaped first
+    (:func:`provisioner.sanitize.printable`: a node's gdsio ``transfer`` once kept a raw CR,
+    at which prometheus_client split the line, and ESC sequences that ``cat`` ran), then the
+    exposition format's own escapes."""
+    return (printable(value, multiline=True).replace("\\", "\\\\").replace("\n", "\\n")
+            .replace('"', '\\"'))
 
 
 def _labels(labels: Mapping[str, Any]) -> str:

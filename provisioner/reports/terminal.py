@@ -6,6 +6,7 @@ Rich markup (provisioner.sanitize). The document it renders: :func:`.model.build
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
@@ -22,7 +23,12 @@ from provisioner.sanitize import printable
 
 
 def _gbps(value: Any) -> str:
-    return f"{float(value):.2f}" if isinstance(value, int | float) else "-"
+    """A throughput cell; "-" when absent or not a finite number (a node's NaN or Infinity
+    once showed as nan/inf)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    f = float(value)
+    return f"{f:.2f}" if math.isfinite(f) else "-"
 
 
 def _failing(n: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -28,6 +28,7 @@ Path decision (docs/checks.md, ``io.direct_path``):
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import time
 from dataclasses import dataclass, replace
@@ -208,8 +209,9 @@ def last_json(text: str, key: str | None = None) -> dict[str, Any] | None:
         line = line.strip()
         if line.startswith("{"):
             try:
-                value = json.loads(line)
-            except ValueError:
+                # NaN and Infinity are not JSON: read as null, never carried into a report
+                value = json.loads(line, parse_constant=lambda _name: None)
+            except (ValueError, RecursionError):
                 continue
             if isinstance(value, dict) and (key is None or key in value):
                 return value
@@ -217,9 +219,10 @@ def last_json(text: str, key: str | None = None) -> dict[str, Any] | None:
 
 
 def _gbps(nbytes: int, seconds: Any) -> float | None:
-    if not seconds or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
         return None
-    return round(nbytes / float(seconds) / 1e9, 3)
+    gbps = nbytes / float(seconds) / 1e9
+    return round(gbps, 3) if math.isfinite(gbps) else None  # 1e-320 s: inf
 
 
 def _stats_delta(before: str | None, after: str | None) -> dict[str, float] | None:

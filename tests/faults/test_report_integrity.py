@@ -157,3 +157,134 @@ def test_2_verify_with_a_common_secret_keeps_its_verdicts_and_says_why_it_is_not
     assert "$PGPASSWORD is not masked in free text" in err
     assert ("too short" in err) if len(secret) < redact.MIN_FREE_TEXT \
         else ("a word every report is made of" in err)
+
+
+# ============================================================ 5. deep nesting
+def deep(levels: int) -> str:
+    return '{"a": ' * levels + "1" + "}" * levels
+
+
+@pytest.mark.parametrize("levels", [700, 5000])
+def test_5_a_deeply_nested_node_document_renders_in_every_format_now_and_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        levels: int) -> None:
+    """Item 5: a node whose ``nvme_topology`` is nested 700 (or 5000) levels: verify
+    writes every format and exits NOT COMPLIANT, and ``report latest`` renders that stored
+    run again as JSON, JUnit and HTML. Before: JUnit and HTML exited 70 (RecursionError in
+    printable_document) after the ledger and the JSON were written, and ``report latest
+    --junit/--html`` failed on that run forever."""
+    from html.parser import HTMLParser
+
+    bin_dir = answering(tmp_path, gather_doc(os_release="ID=debian\n",
+                                             nvme_topology=deep(levels)))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    ledger = tmp_path / "l.sqlite"
+    fmt = ["--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
+           "--html", str(tmp_path / "r.html")]
+    code = main(["verify", "--local", "--no-io-test", "--ledger", str(ledger), *fmt])
+    _out, err = capsys.readouterr()
+    assert code == Exit.NOT_COMPLIANT, err
+    for argv in (["report", "latest", "--ledger", str(ledger), *fmt], ["report", "latest",
+                                                                      "--ledger", str(ledger)]):
+        code = main(argv)
+        _out, err = capsys.readouterr()
+        assert code == Exit.OK, err
+        strict_json((tmp_path / "r.json").read_text())
+        ET.parse(tmp_path / "j.xml")  # noqa: S314 - our own output
+        HTMLParser().feed((tmp_path / "r.html").read_text())
+
+
+def test_5_printable_document_walks_any_depth() -> None:
+    """Item 5: the escaping walk of the JUnit and HTML writers copes with any depth (it
+    raised RecursionError past about 1,000 levels' worth of frames)."""
+    from provisioner.sanitize import printable_document
+
+    doc: Any = "\x1b"
+    for _ in range(20_000):
+        doc = {"a": [doc]}
+    out = printable_document(doc)
+    for _ in range(20_000):
+        out = out["a"][0]
+    assert out == "\\x1b"
+
+
+# ============================================================ 8. NaN and Infinity
+def _ledger_with(tmp_path: Path, *docs: dict[str, Any]) -> Path:
+    from provisioner.store import Ledger
+
+    path = tmp_path / "l.sqlite"
+    with Ledger.open(path) as ledger:
+        run = ledger.start_run("verify", "inventories/lab", {})
+        for doc in docs:
+            ledger.record_verification(run, doc, step="verified")
+        ledger.finish_run(run, "not_compliant")
+    return path
+
+
+def test_8_nan_and_infinity_become_null_in_json_and_a_dash_in_the_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 8: a node record whose I/O figures are NaN and Infinity (and a gdsio ratio of
+    NaN): ``report``'s JSON and ``status --json``/``history --json`` parse strictly (the
+    figures are null), the table shows ``-``, the textfile parses and drops them. Before:
+    ``NaN``/``Infinity`` in the JSON (strict parsers refuse the file), ``nan/inf`` in the
+    table."""
+    from tests.unit.reportsfleet import node
+
+    doc = node("gpu-01", gdsio=True, write=float("nan"), read=float("inf"))
+    doc["gdsio"] = dict(doc["gdsio"], ratio=float("nan"))
+    ledger = _ledger_with(tmp_path, doc)
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    assert main(["report", "latest", "--ledger", str(ledger), "--json", "-",
+                 "--prom-textfile", str(prom)]) == Exit.OK
+    out = strict_json(capsys.readouterr().out)
+    io = out["nodes"][0]["io_test"]
+    assert io["write_gbps"] is None and io["read_gbps"] is None
+    assert out["nodes"][0]["gdsio"]["ratio"] is None
+    list(text_string_to_metric_families((prom / "gdsfleet.prom").read_text()))
+    assert main(["report", "latest", "--ledger", str(ledger)]) == Exit.OK
+    table = capsys.readouterr().out
+    assert "nan" not in table.lower() and "inf/" not in table.lower() and "-/-" in table
+    for argv in (["status", "--json"], ["history", "gpu-01", "--json"]):
+        assert main([*argv, "--ledger", str(ledger)]) == Exit.OK
+        strict_json(capsys.readouterr().out)
+
+
+def test_8_the_io_test_document_never_yields_a_non_finite_figure() -> None:
+    """Item 8, at the source: NaN/Infinity constants in the node's I/O document read as
+    null, and a time so small that the throughput overflows gives no figure."""
+    from provisioner.verify.iotest import evaluate, last_json
+
+    line = ('{"status": "ok", "size_bytes": 16777216, "duration_s": NaN, "attempts": ['
+            '{"mode": "OFF", "ok": false, "error": "refused"}, {"mode": "ON", "ok": true, '
+            '"verified": true, "write_s": 1e-320, "read_s": -Infinity}], '
+            '"cufile_scope": Infinity}')
+    doc = last_json("noise\n" + line + "\n")
+    assert doc is not None
+    result = evaluate(doc).to_dict()
+    text = json.dumps(result, allow_nan=False, default=str)  # raises on NaN/Infinity
+    assert result["write_gbps"] is None and result["read_gbps"] is None, text
+
+
+# ============================================================ 10. Prometheus labels
+@pytest.mark.parametrize("bad", ["\r", "\x1b[2J", "\u2028", "\u2029", "\x85", "\x0b", "\x0c",
+                                 "\x1c", "\x00", "\n", "\\", '"', "\ud800", "}{x=\"1\""])
+def test_10_a_hostile_gdsio_transfer_label_parses_and_holds_no_raw_control(bad: str) -> None:
+    """Item 10: the node-controlled gdsio ``transfer`` label (and the node name) holding
+    CR, ESC, U+2028 and the like: the textfile holds none of them raw, prometheus_client's
+    parser reads it, with the same series as without. Before: raw CR and ESC were written
+    (``cat`` ran the escapes; the parser split the line at the CR)."""
+    from tests.unit.reportsfleet import node
+
+    doc = {"kind": "verify", "run_id": "r", "nodes": [node("gpu-01", gdsio=True)]}
+    n = doc["nodes"][0]
+    n["gdsio"] = copy_gdsio = dict(n["gdsio"])
+    copy_gdsio["runs"] = [dict(r, transfer=f"gds{bad}x") for r in copy_gdsio["runs"][:1]]
+    text = to_prometheus(doc, now=1_700_000_000.0)
+    text.encode("utf-8", "surrogatepass")
+    for raw in ("\r", "\x1b", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x00",
+                "\ud800"):
+        assert raw not in text, repr(raw)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    series = families["gdsfleet_gdsio_throughput_bytes_per_second"].samples
+    assert len(series) == 1 and series[0].labels["transfer"].startswith("gds")

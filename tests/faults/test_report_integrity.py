@@ -276,10 +276,11 @@ def test_10_a_hostile_gdsio_transfer_label_parses_and_holds_no_raw_control(bad: 
     (``cat`` ran the escapes; the parser split the line at the CR)."""
     from tests.unit.reportsfleet import node
 
-    doc = {"kind": "verify", "run_id": "r", "nodes": [node("gpu-01", gdsio=True)]}
-    n = doc["nodes"][0]
-    n["gdsio"] = copy_gdsio = dict(n["gdsio"])
-    copy_gdsio["runs"] = [dict(r, transfer=f"gds{bad}x") for r in copy_gdsio["runs"][:1]]
+    n = node("gpu-01", gdsio=True)
+    gdsio = dict(n["gdsio"])
+    gdsio["runs"] = [dict(r, transfer=f"gds{bad}x") for r in gdsio["runs"][:1]]
+    n["gdsio"] = gdsio
+    doc: dict[str, Any] = {"kind": "verify", "run_id": "r", "nodes": [n]}
     text = to_prometheus(doc, now=1_700_000_000.0)
     text.encode("utf-8", "surrogatepass")
     for raw in ("\r", "\x1b", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x00",

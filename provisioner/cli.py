@@ -18,6 +18,7 @@ from provisioner.debuglog import report_internal
 from provisioner.errors import ProvisionerError
 from provisioner.exitcodes import Exit
 from provisioner.redact import forget_all, redact_text, register_argv
+from provisioner.sanitize import printable
 
 # OSErrors that say the storage failed, not the program: exit 74 (LEDGER, sysexits EX_IOERR)
 _IO_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
@@ -92,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(mod.run(args))
     except ProvisionerError as exc:
         message = redact_text(" ".join(str(exc).split()) or type(exc).__name__)
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        # a ledger row's node name or a node's text may hold escape sequences
+        print(printable(f"{prog}: error: {message}"), file=sys.stderr)
         code = getattr(exc, "exit_code", 1)
         return int(code)
     except KeyboardInterrupt as exc:
@@ -113,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(Exit.INTERNAL)
         # a full disk, a read-only mount, a failing device: not a bug (74, I/O; one line)
         where = f" on {exc.filename}" if exc.filename else ""
-        print(redact_text(f"{prog}: error: I/O error{where}: {exc.strerror}; free space (or "
-                          f"fix the filesystem) and run the same command again"),
+        print(printable(redact_text(f"{prog}: error: I/O error{where}: {exc.strerror}; free "
+                                    f"space (or fix the filesystem) and run the same command "
+                                    f"again")),
               file=sys.stderr)
         return int(Exit.LEDGER)
     except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
@@ -126,7 +129,6 @@ def _warn_refused_secrets() -> None:
     """One line per secret too short or too common to mask in free text (it would mask the
     reports' own words): the operator learns where it is not hidden, and how to fix that."""
     from provisioner.redact import refusals
-    from provisioner.sanitize import printable
 
     for source, reason in refusals():
         print(printable(

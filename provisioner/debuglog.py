@@ -68,9 +68,11 @@ def report_internal(prog: str, exc: BaseException) -> None:
     tail = (f"the traceback is in {where}" if where
             else f"the traceback could not be written to {debug_log_path()}")
     from provisioner.redact import redact_text
+    from provisioner.sanitize import printable
 
-    sys.stderr.write(redact_text(f"{prog}: internal error (a bug, please report it): "
-                                 f"{one_line(exc)}; {tail}\n"))
+    # the exception's text may quote a node's bytes: escaped like every other error line
+    sys.stderr.write(printable(redact_text(f"{prog}: internal error (a bug, please report "
+                                           f"it): {one_line(exc)}; {tail}")) + "\n")
 
 
 __all__ = ["ENV_DEBUG_LOG", "debug_log_path", "one_line", "report_internal", "write_traceback"]

@@ -281,8 +281,74 @@ def _drift(cur: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     return reasons
 
 
+# The shape of a stored node record (NodeReport.to_dict()) that the readers rely on: field ->
+# the types its value may have. A row of another writer (a shared PostgreSQL ledger) with
+# valid JSON of another shape (``checks: 5``, ``io_test: "x"``) made report, status and
+# export exit 70; it is now a LedgerError naming the row (exit 74).
+_MAPPING_OR_NONE = (dict, type(None))
+_LIST_OR_NONE = (list, type(None))
+_TEXT_OR_NONE = (str, type(None))
+_NUMBER_OR_NONE = (int, float, type(None))
+_REPORT_SHAPE: dict[str, tuple[type, ...]] = {
+    "name": _TEXT_OR_NONE, "error": _TEXT_OR_NONE, "route": _TEXT_OR_NONE,
+    "started_at": _TEXT_OR_NONE, "duration_s": _NUMBER_OR_NONE, "checks": _LIST_OR_NONE,
+    "io_test": _MAPPING_OR_NONE, "gdsio": _MAPPING_OR_NONE, "facts": _MAPPING_OR_NONE,
+    "raw": _MAPPING_OR_NONE, "policy": _MAPPING_OR_NONE, "rollout": _MAPPING_OR_NONE,
+}
+_IO_SHAPE: dict[str, tuple[type, ...]] = {
+    "path_taken": _TEXT_OR_NONE, "reason": _TEXT_OR_NONE, "path": _TEXT_OR_NONE,
+    "write_gbps": _NUMBER_OR_NONE, "read_gbps": _NUMBER_OR_NONE, "bytes": _NUMBER_OR_NONE,
+    "duration_s": _NUMBER_OR_NONE, "evidence": _MAPPING_OR_NONE, "attempts": _LIST_OR_NONE,
+}
+_GDSIO_SHAPE: dict[str, tuple[type, ...]] = {
+    "runs": _LIST_OR_NONE, "ratio": _NUMBER_OR_NONE, "min_ratio": _NUMBER_OR_NONE,
+}
+
+
+def _shape_problem(report: Mapping[str, Any], checks: list[dict[str, Any]]) -> str | None:
+    """What in a stored node record (and its check rows) is not of the shape the readers
+    rely on, or None."""
+    def wrong(doc: Mapping[str, Any], shape: Mapping[str, tuple[type, ...]],
+              prefix: str) -> str | None:
+        for key, types in shape.items():
+            value = doc.get(key)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types
+                                                and key not in ("name",)):
+                return f"{prefix}{key} is a {type(value).__name__}"
+        return None
+
+    problem = wrong(report, _REPORT_SHAPE, "")
+    if problem is None and isinstance(report.get("io_test"), dict):
+        problem = wrong(report["io_test"], _IO_SHAPE, "io_test.")
+    if problem is None and isinstance(report.get("gdsio"), dict):
+        problem = wrong(report["gdsio"], _GDSIO_SHAPE, "gdsio.")
+        runs = report["gdsio"].get("runs") or []
+        if problem is None and not all(isinstance(x, dict) for x in runs):
+            problem = "gdsio.runs holds a value that is not an object"
+    if problem is None and not all(isinstance(c, dict) for c in report.get("checks") or []):
+        problem = "checks holds a value that is not an object"
+    if problem is None:
+        for c in checks:
+            if not isinstance(c["id"], str) or not isinstance(c["status"], str):
+                problem = f"its check_results row {c['id']!r} has no text id or status"
+                break
+    return problem
+
+
 def _verification_dict(r: Mapping[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]:
-    report = _loads(r["report_json"], f"verifications id {r['id']} report_json") or {}
+    where = f"verifications id {r['id']}"
+    report = _loads(r["report_json"], f"{where} report_json") or {}
+    problem = _shape_problem(report, checks)
+    if problem is None and not isinstance(r["node"], str):
+        problem = f"its node is a {type(r['node']).__name__}"
+    if problem is not None:
+        from provisioner.sanitize import printable
+
+        raise LedgerError(printable(
+            f"the ledger holds a row of another shape: {where} (node {str(r['node'])[:200]!r}, "
+            f"run {str(r['run_id'])[:80]}): {problem}; nothing was changed. A writer other "
+            f"than this provisioner wrote it: fix or delete that row (or record the node again "
+            f"with `provisioner verify`)"))
     return {
         "id": int(r["id"]),
         "run_id": r["run_id"],

@@ -289,3 +289,89 @@ def test_10_a_hostile_gdsio_transfer_label_parses_and_holds_no_raw_control(bad: 
     families = {f.name: f for f in text_string_to_metric_families(text)}
     series = families["gdsfleet_gdsio_throughput_bytes_per_second"].samples
     assert len(series) == 1 and series[0].labels["transfer"].startswith("gds")
+
+
+# ============================================================ 9. another writer's rows
+def _insert(ledger: Path, report_json: str, node: str = "gpu-01") -> None:
+    """Another writer's row: a verification of the ledger's run, appended by plain SQL
+    (the table is append-only), a second later than the first."""
+    import sqlite3
+
+    with sqlite3.connect(ledger) as conn:
+        conn.execute(
+            "INSERT INTO verifications (run_id, node, at, reachable, compliant, route, "
+            "path_taken, report_json, raw_json) SELECT run_id, ?, "
+            "replace(at, substr(at, 18, 2), printf('%02d', (substr(at, 18, 2) + 1) % 60)), "
+            "reachable, compliant, route, path_taken, ?, raw_json FROM verifications "
+            "WHERE id = 1", (node, report_json))
+
+
+READERS = (["report", "latest"], ["report", "latest", "--json", "-"], ["status"],
+           ["status", "--json"], ["history", "gpu-01"], ["export", "deepspeed", "--node",
+                                                         "gpu-01"],
+           ["export", "env", "--node", "gpu-01", "--format", "json"])
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("checks", 5), ("io_test", "x"), ("checks", ["x"]), ("gdsio", "x"), ("raw", [1]),
+    ("io_test", {"evidence": 5}), ("io_test", {"write_gbps": "fast"}), ("route", [1]),
+    ("gdsio", {"runs": [1]}), ("facts", "x"), ("error", {"a": 1}),
+])
+def test_9_a_row_of_another_shape_is_exit_74_naming_the_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any) -> None:
+    """Item 9: a verification row written by another writer (a shared ledger) with valid
+    JSON of another shape: report, status, history and export exit 74 with one line that
+    names the row and the field; none exits 70. Before: AttributeError/TypeError, exit 70."""
+    from tests.unit.reportsfleet import node
+
+    ledger = _ledger_with(tmp_path, node("gpu-01", gdsio=True))
+    doc = node("gpu-01", gdsio=True)
+    doc[field] = value
+    _insert(ledger, json.dumps(doc))
+    for argv in READERS:
+        code = main([*argv, "--ledger", str(ledger)])
+        _out, err = capsys.readouterr()
+        assert code == Exit.LEDGER, (argv, code, err)
+        assert "verifications id 2" in err and "gpu-01" in err, err
+        assert field in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_9_a_node_name_with_escape_sequences_reaches_no_error_line_raw(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 9: the row's node name holds escape sequences: the error line shows them
+    escaped. Before: the top-level error line printed them raw."""
+    from tests.unit.reportsfleet import node
+
+    ledger = _ledger_with(tmp_path, node("gpu-01"))
+    evil = "gpu-01\x1b]0;owned\x07\x1b[2J\r\u202e"
+    doc = node(evil)
+    doc["checks"] = 5
+    _insert(ledger, json.dumps(doc), node=evil)
+    for argv in (["report", "latest"], ["status"], ["export", "deepspeed", "--node", evil]):
+        code = main([*argv, "--ledger", str(ledger)])
+        _out, err = capsys.readouterr()
+        assert code == Exit.LEDGER, (argv, code, err)
+        for raw in ("\x1b", "\x07", "\r", "\u202e"):
+            assert raw not in err, (argv, err)
+        assert "\\x1b]0;owned" in err
+
+
+def test_9_nan_written_by_another_writer_renders_everywhere(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 9: NaN and Infinity in a row of another writer (JSON text ``NaN``): every reader
+    exits 0 and its JSON parses strictly. Before: NaN reached the JSON output."""
+    from tests.unit.reportsfleet import node
+
+    ledger = _ledger_with(tmp_path, node("gpu-01", gdsio=True))
+    text = json.dumps(node("gpu-01", gdsio=True)).replace('"read_gbps": 3.25',
+                                                          '"read_gbps": NaN').replace(
+        '"ratio": 2.5', '"ratio": Infinity')
+    assert "NaN" in text and "Infinity" in text
+    _insert(ledger, text)
+    for argv in READERS:
+        code = main([*argv, "--ledger", str(ledger)])
+        out, err = capsys.readouterr()
+        assert code in (Exit.OK, Exit.NOT_COMPLIANT), (argv, code, err)
+        assert "NaN" not in out and "Infinity" not in out, (argv, out)
+        if "--json" in argv:
+            strict_json(out)

@@ -556,6 +556,8 @@ def redact_mapping(doc: Any) -> Any:
 # nvme_topology output) made the JUnit and HTML writers exit 70 (RecursionError) after the
 # ledger and the JSON report were written. Below this depth a value is replaced by a note.
 MAX_DEPTH = 64
+# integers a report keeps: any larger (a node's 10**400) becomes null, since no float holds it
+BIG = 10 ** 300
 # fields whose value is one of a few words (a check's status, a node's route, the I/O test's
 # path, a rollout step): never masked when it is one of them
 ENUM_FIELDS = frozenset({"status", "route", "path_taken", "io_path", "kind", "step", "failure",
@@ -635,12 +637,15 @@ def redact_document(doc: Any) -> Any:
             return redact_known(node, keep=keep)
         if isinstance(node, float) and not math.isfinite(node):
             return None  # NaN and infinities: null (strict JSON parsers refuse them)
+        if type(node) is int and not -BIG < node < BIG:
+            return None  # a node's 10**400: no float holds it, no writer could show it
         return node
 
     return walk(doc, 0)
 
 
 __all__ = [
+    "BIG",
     "ENUM_FIELDS",
     "MASK",
     "MAX_DEPTH",

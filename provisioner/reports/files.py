@@ -72,10 +72,12 @@ def umask_mode(mode: int = WORLD_READABLE) -> int:
 def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc`` made safe to serialize: :func:`provisioner.redact.redact_document`'s copy
     (secrets masked in values, never in keys, enumerated values or numbers; nesting cut at
-    ``MAX_DEPTH``; NaN and infinities null), each distinct string masked once. A fleet's
-    report repeats most of its strings node after node (every key, check id, expected value
-    and fix), and masking them one by one was most of what writing a 64-node report cost."""
+    ``MAX_DEPTH``; NaN, infinities and integers past ``BIG`` null), each distinct string
+    masked once. A fleet's report repeats most of its strings node after node (every key,
+    check id, expected value and fix), and masking them one by one was most of what writing
+    a 64-node report cost."""
     from provisioner.redact import (
+        BIG,
         MAX_DEPTH,
         REPORT_WORDS,
         document_keys,
@@ -120,6 +122,8 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
                 v = masked[v] if v in masked else text(v)
             elif kind is float:
                 v = v if v - v == 0.0 else None  # NaN and infinities: null (strict JSON)
+            elif kind is int:
+                v = v if -BIG < v < BIG else None  # past any float: no writer can show it
             elif kind is dict:
                 v = walk_dict(v, depth + 1)
             elif kind is list:
@@ -139,6 +143,8 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
                 v = field(k, v) if isinstance(k, str) else (masked[v] if v in masked else text(v))
             elif kind is float:
                 v = v if v - v == 0.0 else None
+            elif kind is int:
+                v = v if -BIG < v < BIG else None
             elif kind is dict:
                 v = walk_dict(v, depth + 1)
             elif kind is list:
@@ -168,6 +174,8 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(node, str):
             return text(node)
         if isinstance(node, float) and not math.isfinite(node):
+            return None
+        if type(node) is int and not -BIG < node < BIG:
             return None
         return node
 

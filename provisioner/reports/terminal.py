@@ -27,7 +27,10 @@ def _gbps(value: Any) -> str:
     once showed as nan/inf)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "-"
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:  # a node's 10**400
+        return "-"
     return f"{f:.2f}" if math.isfinite(f) else "-"
 
 
@@ -120,7 +123,9 @@ def _render_rich(doc: Mapping[str, Any], stream: TextIO, details: bool) -> None:
                       emoji=False)
     styles = {RESULT_COMPLIANT: "bold green", RESULT_NOT_COMPLIANT: "bold red",
               RESULT_UNREACHABLE: "bold yellow", RESULT_ERROR: "bold magenta"}
-    table = Table(title=f"gdsfleet verify - run {doc.get('run_id')}", title_justify="left")
+    # the run id is the ledger's (another writer's row may hold any text): escaped, literal
+    table = Table(title=Text(printable(f"gdsfleet verify - run {doc.get('run_id')}")),
+                  title_justify="left")
     for h in HEADERS:
         table.add_column(h, overflow="fold")
     for r in node_rows(doc):  # Text: node text is never read as markup ("[/x]")

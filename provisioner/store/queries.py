@@ -30,6 +30,7 @@ from provisioner.store.schema import (
     step_events,
     verifications,
 )
+from provisioner.verify.model import STATUSES
 
 
 class LedgerQueries(LedgerBase):
@@ -329,9 +330,18 @@ def _shape_problem(report: Mapping[str, Any], checks: list[dict[str, Any]]) -> s
         problem = "checks holds a value that is not an object"
     if problem is None:
         for c in checks:
-            if not isinstance(c["id"], str) or not isinstance(c["status"], str):
-                problem = f"its check_results row {c['id']!r} has no text id or status"
+            if not isinstance(c["id"], str) or c["status"] not in STATUSES:
+                problem = f"its check_results row {str(c['id'])[:80]!r} has no text id or " \
+                          f"no status of {'/'.join(STATUSES)}"
                 break
+    if problem is None:
+        # the readers' own parse (export, status): every value it converts must convert
+        from provisioner.verify.model import NodeReport
+
+        try:
+            NodeReport.from_dict({"name": "", **report})
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            problem = f"{type(exc).__name__}: {str(exc)[:160]}"
     return problem
 
 

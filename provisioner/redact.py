@@ -263,8 +263,19 @@ def register(value: Any, source: str | None = None) -> None:
             if entry not in _REFUSED:
                 _REFUSED.append(entry)
         return
+    forms = [value, unquote(value)]
+    # the URL-encoded forms of the bytes the value stands for: an environment value that is
+    # not UTF-8 holds lone surrogates (os.environ's surrogateescape), which UTF-8 cannot
+    # encode; quote() raised UnicodeEncodeError and every command died at start-up
+    for errors in ("strict", "surrogateescape"):
+        try:
+            forms += [quote(value, safe="", errors=errors),
+                      quote_plus(value, safe="", errors=errors)]
+            break
+        except UnicodeEncodeError:
+            continue
     with _VALUES_LOCK:
-        for v in (value, quote(value, safe=""), quote_plus(value), unquote(value)):
+        for v in forms:
             if len(v) >= _MIN_REGISTERED:
                 _VALUES.add(v)
 

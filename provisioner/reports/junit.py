@@ -11,10 +11,22 @@ node is a ``<failure>``, a node that ended anywhere but compliant is ``<skipped>
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
+
+
+def _seconds(value: Any) -> str:
+    """A testcase's ``time``: the node's duration, or 0 when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "0.000"
+    try:
+        f = float(value)
+    except OverflowError:
+        return "0.000"
+    return f"{f:.3f}" if math.isfinite(f) else "0.000"
 
 
 def to_junit(doc: Mapping[str, Any]) -> str:
@@ -42,7 +54,7 @@ def verify_junit(doc: Mapping[str, Any]) -> str:
         name = str(n.get("name"))
         suite = ET.SubElement(root, "testsuite", name=name,
                               timestamp=str(n.get("started_at") or doc.get("started_at") or ""),
-                              time=f"{float(n.get('duration_s') or 0):.3f}")
+                              time=_seconds(n.get("duration_s")))
         props = ET.SubElement(suite, "properties")
         for key in ("route", "compliant", "reachable"):
             ET.SubElement(props, "property", name=key, value=str(n.get(key)))
@@ -108,7 +120,7 @@ def rollout_junit(doc: Mapping[str, Any]) -> str:
         for n in nodes:
             case = ET.SubElement(suite, "testcase", classname=f"rollout.{label}",
                                  name=str(n.get("name")),
-                                 time=f"{float(n.get('duration_s') or 0):.3f}")
+                                 time=_seconds(n.get("duration_s")))
             failure, step, reason = n.get("failure"), n.get("step"), n.get("reason") or ""
             if failure or step == "failed":
                 fails += 1

@@ -105,7 +105,9 @@ def hostile_value(rng: random.Random, *, shape: bool) -> Any:
         return hostile_text(rng)
     if roll < 0.75 or not shape:
         return hostile_number(rng)
-    return rng.choice([None, [], {}, nested(rng, rng.choice([3, 80, 700, 3000])),
+    # (700 levels: json.dumps of a ledger row cannot go much deeper; the rows test adds a
+    # 5000-level row as text, and typed_node a 3000-level value)
+    return rng.choice([None, [], {}, nested(rng, rng.choice([3, 80, 700])),
                        [hostile_text(rng), hostile_number(rng)],
                        {hostile_text(rng): hostile_text(rng)}])
 
@@ -143,7 +145,7 @@ def typed_node(rng: random.Random) -> dict[str, Any]:
     # the free-form parts a node fills: any shape, any depth
     for key in ("facts", "raw"):
         node[key] = mutate(rng, node.get(key) or {}, shape=True, rate=0.05)
-        node[key][hostile_text(rng)] = nested(rng, rng.choice([5, 120, 700]))
+        node[key][hostile_text(rng)] = nested(rng, rng.choice([5, 120, 700, 3000]))
     io_test = node.get("io_test") or {}
     io_test["evidence"] = mutate(rng, io_test.get("evidence") or {}, shape=True)
     node["io_test"] = io_test

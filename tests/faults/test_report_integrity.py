@@ -376,3 +376,17 @@ def test_9_nan_written_by_another_writer_renders_everywhere(
         assert "NaN" not in out and "Infinity" not in out, (argv, out)
         if "--json" in argv:
             strict_json(out)
+
+
+def test_2_a_secret_that_is_not_utf8_is_registered_and_the_command_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 2 (found by the fuzzer): an environment secret holding bytes that are not UTF-8
+    (os.environ keeps them as lone surrogates) is registered with its URL-encoded form, and
+    the command runs. Before: ``quote()`` raised UnicodeEncodeError at start-up, before any
+    error handling: a traceback from every command."""
+    monkeypatch.setenv("PGPASSWORD", "pw-\udcff\udcfe-long")
+    code = main(["status", "--ledger", str(tmp_path / "absent.sqlite")])
+    _out, err = capsys.readouterr()
+    assert code == Exit.LEDGER, err
+    assert "pw-%FF%FE-long" in redact.registered()

@@ -25,6 +25,21 @@ MAX_IO_SIZE = 32 * GIB
 DEFAULT_PLAYBOOK_TIMEOUT_S = 4 * 3600
 
 
+def check_node_name(option: str, value: str) -> str:
+    """A node name from the command line that the ledger can be asked about: text that is
+    UTF-8 (bytes that are not arrive as lone surrogates, which no database query can carry:
+    ``history $'\\xff'`` exited 70)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        from provisioner.sanitize import printable
+
+        raise UsageError(f"{option} {printable(ascii(value))} is not UTF-8 text, so no ledger "
+                         f"row can name it; give the node's name as the inventory spells it"
+                         ) from None
+    return value
+
+
 def check_seconds(option: str, value: Any, *, allow_zero: bool = False) -> float:
     """A finite, positive number of seconds (or 0 where ``allow_zero``)."""
     try:

@@ -240,6 +240,10 @@ def _states(args: argparse.Namespace, names: Sequence[str]) -> tuple[list[NodeSt
 def _select(args: argparse.Namespace) -> tuple[list[str], dict[str, Mapping[str, Any]]]:
     """Node names in order, and each one's inventory vars (empty without -i)."""
     nodes = args.node if isinstance(args.node, list) else ([args.node] if args.node else [])
+    from provisioner.validate import check_node_name
+
+    for n in nodes:
+        check_node_name("--node", n)
     limit = getattr(args, "limit", None)
     if limit and not args.inventory:
         raise UsageError(f"--limit/--group {limit!r} needs -i INVENTORY (group membership is in "

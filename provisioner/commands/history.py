@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIMIT:  # SQLite's integers stop at 2**63
         raise UsageError(f"--limit must be at least 1 and at most {MAX_LIMIT} (got {args.limit})")
+    from provisioner.validate import check_node_name
+
+    check_node_name("NODE", args.node)
     location = resolve_ledger(args.ledger, args.inventory)
     with open_read_only(location) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)

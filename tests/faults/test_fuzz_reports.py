@@ -220,6 +220,10 @@ def hostile_row(rng: random.Random) -> tuple[str, str]:
     return name, text
 
 
+def sql_text(text: str | None) -> bytes | None:
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
 def _ledger(tmp_path: Path) -> Path:
     from provisioner.store import Ledger
     from tests.unit.reportsfleet import node
@@ -243,13 +247,17 @@ def test_fuzz_hostile_ledger_rows_through_status_history_report_and_export(
         case.mkdir()
         ledger = _ledger(case)
         name, text = hostile_row(rng)
+        route = rng.choice(["nvfs", hostile_text(rng), None])
         with sqlite3.connect(ledger) as conn:
+            # the texts as another writer may store them: their bytes, lone surrogates
+            # included (SQLite keeps text that is not UTF-8)
             conn.execute(
                 "INSERT INTO verifications (run_id, node, at, reachable, compliant, route, "
-                "path_taken, report_json, raw_json) SELECT run_id, ?, at || 'Z', ?, ?, ?, "
-                "path_taken, ?, raw_json FROM verifications WHERE id = 1",
-                (name, rng.choice([0, 1]), rng.choice([0, 1]),
-                 rng.choice(["nvfs", hostile_text(rng), None]), text))
+                "path_taken, report_json, raw_json) SELECT run_id, CAST(? AS TEXT), "
+                "at || 'Z', ?, ?, CAST(? AS TEXT), path_taken, CAST(? AS TEXT), raw_json "
+                "FROM verifications WHERE id = 1",
+                (sql_text(name), rng.choice([0, 1]), rng.choice([0, 1]), sql_text(route),
+                 sql_text(text)))
         prom = case / "prom"
         prom.mkdir()
         files = ["--json", str(case / "r.json"), "--junit", str(case / "j.xml"),

@@ -390,3 +390,20 @@ def test_2_a_secret_that_is_not_utf8_is_registered_and_the_command_runs(
     _out, err = capsys.readouterr()
     assert code == Exit.LEDGER, err
     assert "pw-%FF%FE-long" in redact.registered()
+
+
+def test_9_a_node_name_that_is_not_utf8_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 9 (found by the fuzzer): ``history`` and ``export --node`` with a node name whose
+    bytes are not UTF-8 (argv keeps them as lone surrogates) exit 64 with one escaped line.
+    Before: UnicodeEncodeError in the ledger query, exit 70."""
+    from tests.unit.reportsfleet import node
+
+    ledger = _ledger_with(tmp_path, node("gpu-01"))
+    bad = "gpu-\udcff\x1b[2J"
+    for argv in (["history", bad], ["export", "deepspeed", "--node", bad],
+                 ["export", "env", "--node", bad]):
+        code = main([*argv, "--ledger", str(ledger)])
+        _out, err = capsys.readouterr()
+        assert code == Exit.USAGE, (argv, code, err)
+        assert "not UTF-8" in err and "\x1b" not in err and "\udcff" not in err, err

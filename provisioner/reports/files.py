@@ -80,16 +80,17 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
         BIG,
         MAX_DEPTH,
         REPORT_WORDS,
-        document_keys,
         field_kind,
         mask_whole,
         redact_known,
+        registered,
         too_deep,
     )
 
-    keep = document_keys(doc)  # a secret equal to one of them is not masked in this report
+    keep: frozenset[str] = frozenset()  # registered values spelled like a key of doc
+    seen: set[Any] = set()  # every key of the document, collected by the walk
     masked: dict[str, str] = {}  # this call's: the registered secrets do not change during it
-    kinds: dict[str, str] = {}  # key -> field_kind(key)
+    kinds: dict[Any, str] = {}  # key -> field_kind(key)
     plain = (int, float, bool, type(None))
 
     def text(value: str) -> str:
@@ -98,10 +99,7 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             out = masked[value] = redact_known(value, keep=keep)
         return out
 
-    def field(key: str, value: str) -> str:
-        kind = kinds.get(key)
-        if kind is None:
-            kind = kinds[key] = field_kind(key)
+    def special(kind: str, value: str) -> str:
         if kind == "secret":
             return mask_whole(value)
         if kind == "enum" and value.strip().lower() in REPORT_WORDS:
@@ -136,11 +134,15 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     def walk_dict(node: dict[Any, Any], depth: int) -> Any:
         if depth > MAX_DEPTH:
             return too_deep()
+        seen.update(node)
         out = {}
         for k, v in node.items():
             kind = type(v)
             if kind is str or (kind not in plain and isinstance(v, str)):
-                v = field(k, v) if isinstance(k, str) else (masked[v] if v in masked else text(v))
+                fk = kinds.get(k)
+                if fk is None:
+                    fk = kinds[k] = field_kind(k) if isinstance(k, str) else "text"
+                v = (masked[v] if v in masked else text(v)) if fk == "text" else special(fk, v)
             elif kind is float:
                 v = v if v - v == 0.0 else None
             elif kind is int:
@@ -179,6 +181,16 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
             return None
         return node
 
+    out = dict(walk(doc, 0))
+    if not registered():
+        return out
+    # a secret spelled like one of the document's keys is not masked in its text (it would
+    # rewrite the report's own words): rare, so found after the walk, and the walk redone
+    secrets = {v.lower() for v in registered()}
+    hits = frozenset(k.lower() for k in seen if isinstance(k, str) and k.lower() in secrets)
+    if not hits:
+        return out
+    keep, masked = hits, {}
     return dict(walk(doc, 0))
 
 

@@ -74,3 +74,16 @@ def test_str_subclasses_are_masked_as_values_and_keys_are_kept() -> None:
     assert got == dict(redact_document(doc))
     assert SECRET not in to_json(got)
     assert got["nodes"][0] == {"note": f"value {MASK}", "list": [MASK, 1, None]}
+
+
+def test_a_secret_spelled_like_a_key_is_not_masked_in_that_report() -> None:
+    """Issue 27, item 2: a registered value that is one of the document's keys would rewrite
+    the report's own words: it is left alone in that document (safe_document finds it after
+    its walk and walks again), exactly as redact_document does."""
+    register("kernel_release")
+    doc = {"nodes": [{"facts": {"kernel_release": "6.8.0"},
+                      "error": f"kernel_release unknown; {SECRET}"}]}
+    got = safe_document(doc)
+    assert got == dict(redact_document(doc))
+    assert got["nodes"][0]["error"] == f"kernel_release unknown; {MASK}"
+    assert safe_document({"x": "kernel_release"}) == {"x": MASK}

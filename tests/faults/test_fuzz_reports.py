@@ -242,7 +242,7 @@ def test_fuzz_hostile_ledger_rows_through_status_history_report_and_export(
     use is exit 74, no raw control character on the terminal, every JSON output strict, and
     a run that ``report`` reads renders in every format (files that parse)."""
     rng = random.Random(SEED + 1)  # noqa: S311 - a reproducible fuzzer, not a secret
-    for i in range(count(2)):
+    for i in range(count(6)):
         case = tmp_path / f"case{i}"
         case.mkdir()
         ledger = _ledger(case)

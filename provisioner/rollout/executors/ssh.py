@@ -414,6 +414,7 @@ class SshExecutor:
                 if private_data_dir else None
             collector = EventCollector(shard, on_host_event, sink=event_log)
             proc: subprocess.Popen[bytes] | None = None
+            reader: _BoundedReader | None = None
             worker_status: list[str] = []
             stderr_tail = b""
             rc: int | None = None
@@ -483,8 +484,9 @@ class SshExecutor:
                 def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
                     worker_status.append(str(data.get("status", ""))[:32])
 
+                reader = _BoundedReader(proc.stdout)
                 ansible_runner.run(
-                    streamer="process", _input=_BoundedReader(proc.stdout),
+                    streamer="process", _input=reader,
                     private_data_dir=str(local), ident=ident, quiet=True,
                     event_handler=collector.handle, status_handler=on_status,
                     settings={"suppress_output_file": True},
@@ -525,6 +527,8 @@ class SshExecutor:
                 "successful", "failed", "timeout", "canceled")
             error = None
             why = _shown(stderr_tail)
+            if reader is not None and reader.refused:
+                why = f"its stream was refused: {reader.refused}" + (f"; {why}" if why else "")
             if not collector.saw_stats and not worker_ran:
                 # the execution node never started the job: not the hosts' failure
                 msg = (f"execution node {node.name} did not run the job (ssh rc={rc}"

@@ -59,7 +59,7 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
         "nvfs": bool(nvfs.get("loaded") and (ks.get("nvfs_dma_ops")
                                              or ks.get("nvfs_rdma_dma_ops"))),
         "p2pdma": bool(
-            ks.get("p2pdma_pgmap_ops") and cf.get("use_pci_p2pdma")
+            (ks.get("p2pdma") or ks.get("p2pdma_pgmap_ops")) and cf.get("use_pci_p2pdma")
             and not block_nvme_p2pdma_off(cf)
         ),
         "gdscheck": (gc_nvme(facts) or {}).get("route"),

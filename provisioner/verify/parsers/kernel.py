@@ -5,24 +5,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from provisioner import collection_utils
+
 NVFS_SYMBOLS = ("nvme_v1_register_nvfs_dma_ops", "nvme_v2_register_nvfs_dma_ops")
 # nvidia-fs's registration hook in a GDS-patched nvme-rdma (NVMe-oF): NVIDIA/gds-nvidia-fs
 # src/nvfs-dma.c has only this v1 name up to v2.28.4 (tests/fixtures/kallsyms/README.md).
 NVFS_RDMA_SYMBOLS = ("nvme_rdma_v1_register_nvfs_dma_ops",)
 P2PDMA_SYMBOL = "p2pdma_pgmap_ops"
-# Kernel PCI P2PDMA, by either symbol: p2pdma_pgmap_ops is a data symbol (kallsyms lists it only
-# with CONFIG_KALLSYMS_ALL), pci_p2pdma_add_resource an exported function (always listed when
-# CONFIG_PCI_P2PDMA is set; drivers/pci/p2pdma.c, EXPORT_SYMBOL_GPL).
-P2PDMA_SYMBOLS = (P2PDMA_SYMBOL, "pci_p2pdma_add_resource")
-# Which nvme registration name the LOADED nvidia-fs looks up (NVIDIA/gds-nvidia-fs src/nvfs-dma.c,
-# modules_list; tests/fixtures/kallsyms/nvfs-dma-modules-list.yml): nvme_v2_... when it was
-# built with HAVE_BLK_RQ_DMA_MAP_ITER_START (2.28.2+, against a kernel with
-# blk_rq_dma_map_iter_start: 6.17+), else nvme_v1_... Only that build has the static function
-# below, which kallsyms lists among nvidia_fs's own symbols.
-NVFS_V1, NVFS_V2 = NVFS_SYMBOLS
-NVFS_BLK_ITER_SYMBOL = "nvfs_blk_rq_dma_map_iter_start"
-NVFS_V2_MIN_VERSION = (2, 28, 2)
-NVFS_V2_MIN_KERNEL = (6, 17)
+# Kernel PCI P2PDMA and the nvme name the loaded nvidia-fs looks up: one copy, in the collection
+# (plugins/module_utils/nvfs_symbols.py), shared with playbooks/verify.yml's filter.
+_syms = collection_utils.load("nvfs_symbols.py")
+P2PDMA_SYMBOLS: tuple[str, ...] = _syms.P2PDMA_SYMBOLS
+NVFS_V1: str = _syms.NVME_V1
+NVFS_V2: str = _syms.NVME_V2
+NVFS_BLK_ITER_SYMBOL: str = _syms.BLK_ITER
+NVFS_V2_MIN_VERSION: tuple[int, ...] = _syms.V2_MIN_NVFS
+NVFS_V2_MIN_KERNEL: tuple[int, ...] = _syms.V2_MIN_KERNEL
 
 
 def parse_kallsyms(text: str) -> dict[str, Any]:
@@ -44,40 +42,24 @@ def parse_kallsyms(text: str) -> dict[str, Any]:
         "nvme_register_symbols": nvfs,
         "p2pdma_pgmap_ops": P2PDMA_SYMBOL in symbols,
         "p2pdma": any(s in symbols for s in P2PDMA_SYMBOLS),
-        "p2pdma_symbol": next((s for s in P2PDMA_SYMBOLS if s in symbols), None),
+        "p2pdma_symbol": _syms.p2pdma_symbol(symbols),
         "nvfs_module_symbols": any(m == "nvidia_fs" for m in symbols.values()),
         "nvfs_blk_iter": symbols.get(NVFS_BLK_ITER_SYMBOL) == "nvidia_fs",
         "symbols": sorted(symbols),
     }
 
 
-def _vt(text: str | None) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text or "")[:3])
-
-
 def nvfs_lookup(ks: dict[str, Any], nvfs_version: str | None,
                 kernel_version: tuple[int, ...] | list[int]) -> dict[str, Any]:
     """The nvme registration name the loaded nvidia-fs looks up, and on what basis (pure):
-    ``{"symbol": name or None, "basis": text}``. Its own symbols decide when kallsyms lists
-    them (nvfs_blk_rq_dma_map_iter_start only in the v2 build); else its version and the
-    running kernel (v2 from nvidia-fs 2.28.2 on kernels 6.17+); None when neither is known."""
+    ``{"symbol": name or None, "basis": text}`` (plugins/module_utils/nvfs_symbols.py)."""
+    symbols = {s: None for s in ks.get("symbols") or []}
     if ks.get("nvfs_blk_iter"):
-        return {"symbol": NVFS_V2, "basis": f"nvidia_fs has {NVFS_BLK_ITER_SYMBOL} (the "
-                "blk_rq_dma_map_iter build)"}
-    if ks.get("nvfs_module_symbols"):
-        return {"symbol": NVFS_V1, "basis": f"nvidia_fs's symbols lack {NVFS_BLK_ITER_SYMBOL} "
-                "(the build without blk_rq_dma_map_iter)"}
-    have, kern = _vt(nvfs_version), tuple(kernel_version)[:2]
-    if len(have) < 2 or len(kern) < 2:
-        return {"symbol": None, "basis": "nvidia-fs version or kernel version unknown"}
-    if len(have) == 2 and have == NVFS_V2_MIN_VERSION[:2] and kern >= NVFS_V2_MIN_KERNEL:
-        return {"symbol": None, "basis": f"nvidia-fs {nvfs_version} (major.minor only) on "
-                f"kernel {'.'.join(map(str, kern))}: v1 before 2.28.2, v2 from it"}
-    v2 = have >= NVFS_V2_MIN_VERSION and kern >= NVFS_V2_MIN_KERNEL
-    return {"symbol": NVFS_V2 if v2 else NVFS_V1,
-            "basis": f"nvidia-fs {nvfs_version} on kernel {'.'.join(map(str, kern))}"
-            + (" (2.28.2+ on 6.17+)" if v2 else
-               " (v2 only from nvidia-fs 2.28.2 on kernels 6.17+)")}
+        symbols[NVFS_BLK_ITER_SYMBOL] = "nvidia_fs"
+    elif ks.get("nvfs_module_symbols"):
+        symbols["nvidia_fs"] = "nvidia_fs"
+    found: dict[str, Any] = _syms.lookup(symbols, nvfs_version, list(kernel_version))
+    return found
 
 
 def parse_cmdline(text: str) -> dict[str, Any]:

@@ -23,6 +23,14 @@ def gc_nvme(facts: dict[str, Any]) -> dict[str, Any] | None:
     """gdscheck's parsed NVMe line (DRIVER CONFIGURATION), None without one."""
     parsed = (facts.get("gdscheck") or {}).get("parsed") or {}
     nvme = parsed.get("nvme")
+    if isinstance(nvme, dict) and not nvme.get("direct"):
+        # a fabric-only node: nvidia-fs registered with the GDS-patched nvme-rdma only, so
+        # gdscheck's NVMe line is not direct but its NVMeOF line is (the nvfs route)
+        driver = parsed.get("driver") or {}
+        of = next((str(v) for k, v in driver.items() if str(k).lower() == "nvmeof"), "")
+        if of.strip().lower().startswith("supported"):
+            return {**nvme, "raw": f"{nvme.get('raw')}; NVMeOF : {of.strip()}", "direct": True,
+                    "route": "nvfs", "via": "nvmeof"}
     return nvme if isinstance(nvme, dict) else None
 
 

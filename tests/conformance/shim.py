@@ -166,7 +166,9 @@ def _command(argv: list[str]) -> tuple[int, str, str] | None:
 
 def _fake_which(cmd: str, *args: Any, **kwargs: Any) -> str | None:
     name = os.path.basename(cmd)
-    if name in NODE.get("commands", []):
+    # the CUDA packages put gdscheck in /usr/local/cuda-X.Y/gds/tools, not on PATH: the gather
+    # finds it there (its file in the simulated tree)
+    if name in NODE.get("commands", []) and name != "gdscheck":
         return NODE.get("command_paths", {}).get(name, f"/usr/bin/{name}")
     return None
 

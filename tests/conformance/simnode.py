@@ -151,7 +151,7 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
     if host_gds:
         gdscheck = {"gds_version": f"{cufile_ver}.6", "nvfs": ".".join((nvfs or "0.0").split(
             ".")[:2]), "p2pdma": over.get("gdscheck_p2pdma", "Supported" if route == "p2pdma"
-                                           else "Unsupported"),
+                                           and p2p_kernel else "Unsupported"),
                     "nvme": "Supported" if nvme_ok else "Unsupported",
                     "nvmeof": "Supported" if nvfs and rdma_patched else "Unsupported"}
     commands = ["lsblk", "mokutil", "ldconfig", "modprobe"]

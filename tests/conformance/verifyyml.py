@@ -7,13 +7,14 @@ The modules are answered from the simulated node (tests/conformance/simnode.py):
 as ansible-core's apt and rpm backends report (the RPM backend's ``version`` has no release:
 ansible-core ``lib/ansible/modules/package_facts.py``, tests/fixtures/ansible-core/upstream.yml),
 slurp/stat/find from its files, ``command`` through the shim's stand-in commands (grep is the
-real grep on its /proc/kallsyms). The verdict: every assert holds (a real run stops at the
-first that does not; the verdict is the same). Only the modules verify.yml uses are known: a
+real grep on its /proc/kallsyms). The verdict: every task ran and every assert held; like
+Ansible, the run stops at the host's first failure. Only the modules verify.yml uses are known: a
 new one fails the test loudly, so the interpreter cannot drift silently from the playbook."""
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import json
 import os
 import subprocess
@@ -85,9 +86,11 @@ def _mounts(root: Path) -> list[dict[str, Any]]:
 
 def _command(root: Path, argv: list[str]) -> dict[str, Any]:
     if argv[0] == "grep":  # the real grep, on the node's file
-        args = [str(root / a.lstrip("/")) if a.startswith("/proc/") else a for a in argv]
+        args = [str(root / a.lstrip("/")) if a.startswith(("/proc/", "/sys/")) else a
+                for a in argv]
         p = subprocess.run(args, capture_output=True, text=True, check=False)
-        rc, out, err = p.returncode, p.stdout, p.stderr
+        rc, err = p.returncode, p.stderr
+        out = p.stdout.replace(str(root) + "/", "/")  # grep -H names the node's paths
     else:
         p = subprocess.run([sys.executable, str(SHIM), str(root), json.dumps(argv)],
                            input=_RUN_CMD.encode(), capture_output=True, check=True)
@@ -140,8 +143,12 @@ def run(root: Path, model: dict[str, Any], inventory: dict[str, Any]) -> dict[st
             result = {"stat": {"exists": (root / str(args["path"]).lstrip("/")).exists()}}
         elif module == "find":
             d = root / str(args["paths"]).lstrip("/")
-            files = sorted(d.iterdir()) if d.is_dir() else []
-            result = {"matched": len(files), "files": [{"path": str(f)} for f in files]}
+            pats = args.get("patterns") or "*"
+            pats = [pats] if isinstance(pats, str) else list(pats)
+            files = sorted(f for f in d.iterdir() if any(fnmatch.fnmatch(f.name, p)
+                                                          for p in pats)) if d.is_dir() else []
+            result = {"matched": len(files),
+                      "files": [{"path": "/" + str(f.relative_to(root))} for f in files]}
         elif module == "command":
             argv = args["argv"] if isinstance(args, dict) else str(args).split()
             result = _command(root, [str(a) for a in argv])
@@ -152,12 +159,14 @@ def run(root: Path, model: dict[str, Any], inventory: dict[str, Any]) -> dict[st
         elif module == "assert":
             if not all(templar.evaluate_conditional(c) for c in args["that"]):
                 failed.append(name)
+                break  # the host has failed: Ansible runs no further task on it
             continue
         else:
             raise AssertionError(f"verify.yml uses {module!r}, unknown to this interpreter "
                                  f"(task {name!r}): teach tests/conformance/verifyyml.py")
         if result.get("failed") and task.get("failed_when") is None:
             failed.append(name)  # the module itself fails the host
+            break
         if task.get("register"):
             hostvars[task["register"]] = result
     return {"verdict": "fail" if failed else "pass", "failed": failed}

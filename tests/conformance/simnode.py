@@ -228,7 +228,7 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
     w("/sys/module/nvidia/parameters/NVreg_OpenRmEnableUnsupportedGpus", "1\n")
     w("/proc/driver/nvidia/params", "EnableStreamMemOPs: 0\n"
       f'RegistryDwords: "{m["registry_dwords"]}"\nRegistryDwordsPerDevice: ""\n')
-    for i, g in enumerate(m["gpus"]):
+    for g in m["gpus"]:
         bdf = g["bdf"][4:].lower()
         w(f"/proc/driver/nvidia/gpus/{bdf}/information",
           f"Model: \t\t {g['name']}\nBus Location: \t {bdf}\n")
@@ -275,7 +275,7 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
     if m["libcufile"]:
         w(m["libcufile"], "")
         w(f"/usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", "")
-        os.chmod(root / f"usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", 0o755)
+        os.chmod(root / f"usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", 0o700)
     w(f"/boot/vmlinuz-{m['kernel']}", "")
     w(f"/lib/modules/{m['kernel']}/modules.builtin", "kernel/drivers/block/loop.ko\n")
     if m["operator"] == "operator":

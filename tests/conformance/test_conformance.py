@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from provisioner.verify.checks.registry import ordered
-from tests.conformance import matrix, simnode
+from tests.conformance import matrix, simnode, verifyyml
 
 PROFILES = matrix.profiles()
 IDS = [p["id"] for p in PROFILES]
@@ -67,7 +67,7 @@ def test_every_axis_value_is_covered() -> None:
 def test_every_supported_deployment_os_route_pair_has_a_compliant_profile() -> None:
     compliant = {(p["axes"]["deployment"], p["axes"]["os"], p["axes"]["route"])
                  for p in PROFILES if p["expect"]["compliant"]}
-    assert matrix.SUPPORTED <= compliant, sorted(matrix.SUPPORTED - compliant)
+    assert compliant >= matrix.SUPPORTED, sorted(matrix.SUPPORTED - compliant)
 
 
 def test_the_simulated_gather_is_the_real_script(tmp_path: Path) -> None:
@@ -93,3 +93,41 @@ def test_docs_matrix_is_up_to_date() -> None:
     proc = subprocess.run([sys.executable, "-m", "tests.conformance.matrix", "--check"],
                           cwd=matrix.HERE.parents[1], capture_output=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_package_facts_shapes_follow_ansible_core() -> None:
+    # issue 28 item 4: RPM's version without its release, dpkg's whole version
+    import ansible.modules.package_facts as pf
+    import yaml
+
+    fixture = yaml.safe_load((matrix.HERE.parents[0] / "fixtures" / "ansible-core"
+                              / "upstream.yml").read_text())["package_facts"]
+    source = Path(pf.__file__).read_text()
+    assert f"version=to_text(package[self._lib.{fixture['rpm']['version']}])" in source
+    assert f"release=to_text(package[self._lib.{fixture['rpm']['release']}])" in source
+    assert "version=ac_pkg.version" in source
+    pkgs = [{"name": "nvidia-fs-dkms", "version": "2.25.7", "release": "1"}]
+    rpm = verifyyml.package_facts({"manager": "rpm", "packages": pkgs})["nvidia-fs-dkms"][0]
+    assert (rpm["version"], rpm["release"]) == ("2.25.7", "1")
+    deb = verifyyml.package_facts({"manager": "dpkg", "packages": [
+        {"name": "nvidia-fs-dkms", "version": "2.25.7-1", "release": "1"}]})["nvidia-fs-dkms"][0]
+    assert deb["version"] == "2.25.7-1"
+
+
+def test_verify_yml_greps_every_symbol_the_shared_rules_read() -> None:
+    # the names plugins/module_utils/nvfs_symbols.py judges must reach its filters
+    import re
+
+    import yaml
+
+    from provisioner import collection_utils
+
+    syms = collection_utils.load("nvfs_symbols.py")
+    play = yaml.safe_load(verifyyml.PLAYBOOK.read_text())[0]
+    task = next(t for t in play["tasks"] if t["name"] == "Read the route's kernel symbols")
+    argv = task["ansible.builtin.command"]["argv"]
+    patterns = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
+    for name in syms.GREP_PATTERN.split("|"):
+        assert any(re.fullmatch(p, name) or re.search(rf"(^|\|){p}($|\|)", name)
+                   or any(re.fullmatch(alt, name) for alt in p.split("|"))
+                   for p in patterns), name

@@ -53,7 +53,7 @@ def nvfs_lookup(ks: dict[str, Any], nvfs_version: str | None,
                 kernel_version: tuple[int, ...] | list[int]) -> dict[str, Any]:
     """The nvme registration name the loaded nvidia-fs looks up, and on what basis (pure):
     ``{"symbol": name or None, "basis": text}`` (plugins/module_utils/nvfs_symbols.py)."""
-    symbols = {s: None for s in ks.get("symbols") or []}
+    symbols: dict[str, str | None] = dict.fromkeys(ks.get("symbols") or [])
     if ks.get("nvfs_blk_iter"):
         symbols[NVFS_BLK_ITER_SYMBOL] = "nvidia_fs"
     elif ks.get("nvfs_module_symbols"):

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 
-def _load() -> ModuleType:
+def _load_rules() -> ModuleType:
     path = Path(__file__).resolve().parent.parent / "module_utils" / "nvfs_symbols.py"
     name = "gdsfleet_gds_module_utils_nvfs_symbols"
     loaded = sys.modules.get(name)
@@ -47,7 +47,7 @@ def _text(kallsyms: Any) -> str:
 
 def nvfs_registration(kallsyms: Any, nvfs_version: Any = None, kernel: Any = None,
                       need_local: bool = True, need_rdma: bool = False) -> dict[str, Any]:
-    syms = _load()
+    syms = _load_rules()
     version = str(nvfs_version).strip() if nvfs_version not in (None, "") else None
     out: dict[str, Any] = syms.registration(syms.kallsyms_modules(_text(kallsyms)), version,
                                             str(kernel or ""), bool(need_local),
@@ -55,8 +55,8 @@ def nvfs_registration(kallsyms: Any, nvfs_version: Any = None, kernel: Any = Non
     return out
 
 
-def p2pdma_symbol(kallsyms: Any) -> str | None:
-    syms = _load()
+def kernel_p2pdma_symbol(kallsyms: Any) -> str | None:
+    syms = _load_rules()
     found: str | None = syms.p2pdma_symbol(syms.kallsyms_modules(_text(kallsyms)))
     return found
 
@@ -65,4 +65,4 @@ class FilterModule:
     """gdsfleet.gds.nvfs_registration, gdsfleet.gds.p2pdma_symbol."""
 
     def filters(self) -> dict[str, Any]:
-        return {"nvfs_registration": nvfs_registration, "p2pdma_symbol": p2pdma_symbol}
+        return {"nvfs_registration": nvfs_registration, "p2pdma_symbol": kernel_p2pdma_symbol}

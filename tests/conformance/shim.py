@@ -105,6 +105,19 @@ def _pkg_lines(fmt_rpm: bool) -> str:
 
 def _gdscheck() -> str:
     g = NODE["gdscheck"]
+    if g.get("format") == "modes":  # GDS 1.16.0.49: the modes a path can take, no P2PDMA line
+        nvme = ", ".join([m for m, on in (("p2pdma", g["p2pdma"] == "Supported"),
+                                          ("nvfs", g["nvme"] == "Supported")) if on]
+                         + ["compat"])
+        of = "nvfs, compat" if g["nvmeof"] == "Supported" else "compat"
+        return (f"GDS release version: {g['gds_version']}\nnvidia_fs version: {g['nvfs']} "
+                "nvidia_fs minimum version: 2.12\nPlatform: x86_64\n============\n"
+                "ENVIRONMENT:\n============\n=====================\nDRIVER CONFIGURATION:\n"
+                f"=====================\nNVMe : {nvme}\nNVMeOF : {of}\nSCSI : compat\n"
+                "=========\nGPU INFO:\n=========\nGPU index 0 NVIDIA H100 80GB HBM3 bar:1 bar "
+                "size (MiB):131072 supports GDS, IOMMU State: Disabled\n==============\n"
+                "PLATFORM INFO:\n==============\nIOMMU: disabled\n"
+                "Platform verification succeeded\n")
     return (f" GDS release version: {g['gds_version']}\n nvidia_fs version:  {g['nvfs']} "
             "libcufile version: 2.12\n Platform: x86_64\n ============\n ENVIRONMENT:\n"
             " ============\n =====================\n DRIVER CONFIGURATION:\n"

@@ -153,7 +153,8 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
             ".")[:2]), "p2pdma": over.get("gdscheck_p2pdma", "Supported" if route == "p2pdma"
                                            and p2p_kernel else "Unsupported"),
                     "nvme": "Supported" if nvme_ok else "Unsupported",
-                    "nvmeof": "Supported" if nvfs and rdma_patched else "Unsupported"}
+                    "nvmeof": "Supported" if nvfs and rdma_patched else "Unsupported",
+                    "format": over.get("gdscheck_format", "lines")}
     commands = ["lsblk", "mokutil", "ldconfig", "modprobe"]
     commands += ["dpkg-query"] if manager == "dpkg" else ["rpm", "grubby"]
     if not operator:

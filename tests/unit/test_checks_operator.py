@@ -234,6 +234,14 @@ def test_operator_node_judges_the_workloads_cufile_and_is_compliant() -> None:
     assert "nvidia-cufile 1.15.1.6" in lib.message and "operator" in lib.expected.lower()
     assert by_id["io.direct_path"].status == "pass"
     assert report.compliant, [c for c in report.checks if c.status == "fail"]
+    # what the issue saw downstream: the NFD label said compliant=false
+    from datetime import datetime, timezone
+
+    from provisioner.verify import nfd
+
+    labels = nfd.labels(report.to_dict(), datetime(2026, 11, 26, tzinfo=timezone.utc))
+    assert labels[f"{nfd.LABEL_NS}/compliant"] == "true"
+    assert labels[f"{nfd.LABEL_NS}/operator-managed"] == "true"
 
 
 def test_host_install_without_host_libcufile_still_fails_on_the_wheel() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.verify.parsers.driver import version_tuple
+from provisioner.verify.parsers.gdscheck import classify_nvme
 from provisioner.verify.policy import Policy
 
 DIRECT_ROUTES = ("nvfs", "p2pdma")
@@ -28,7 +29,7 @@ def gc_nvme(facts: dict[str, Any]) -> dict[str, Any] | None:
         # gdscheck's NVMe line is not direct but its NVMeOF line is (the nvfs route)
         driver = parsed.get("driver") or {}
         of = next((str(v) for k, v in driver.items() if str(k).lower() == "nvmeof"), "")
-        if of.strip().lower().startswith("supported"):
+        if of and classify_nvme(of).route == "nvfs":  # "Supported", or 1.16's "nvfs, compat"
             return {**nvme, "raw": f"{nvme.get('raw')}; NVMeOF : {of.strip()}", "direct": True,
                     "route": "nvfs", "via": "nvmeof"}
     return nvme if isinstance(nvme, dict) else None

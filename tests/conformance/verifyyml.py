@@ -13,12 +13,14 @@ new one fails the test loudly, so the interpreter cannot drift silently from the
 
 from __future__ import annotations
 
+import atexit
 import base64
 import fnmatch
 import json
-import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +40,18 @@ _loader_ready = False
 
 
 def _collection_loader() -> None:
+    """The collection loader, with gdsfleet.gds resolved to THIS checkout (a symlink in a
+    temporary collections path): verify.yml's filters are the ones beside the playbook."""
     global _loader_ready
     if _loader_ready:
         return
     from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 
-    paths = [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
-    _AnsibleCollectionFinder(paths=paths)._install()
+    base = Path(tempfile.mkdtemp(prefix="gdsfleet-conformance-collections-"))
+    atexit.register(shutil.rmtree, base, True)
+    (base / "ansible_collections" / "gdsfleet").mkdir(parents=True)
+    (base / "ansible_collections" / "gdsfleet" / "gds").symlink_to(ROOT)
+    _AnsibleCollectionFinder(paths=[str(base)])._install()
     _loader_ready = True
 
 

@@ -119,3 +119,47 @@ def test_gather_keeps_the_build_symbol_past_the_cap(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr("builtins.open", fake_open)
     out = gather.grep_kallsyms()["out"]
     assert kernel.parse_kallsyms(out)["nvfs_blk_iter"] is True
+
+
+def test_the_shared_rules_hold_on_hostile_kallsyms() -> None:
+    # property test with a fixed seed (no Hypothesis in the venv): any bytes a node returns give
+    # a bounded symbol table and a verdict in the rule's domain, never an exception
+    import random
+
+    from provisioner import collection_utils
+
+    syms = collection_utils.load("nvfs_symbols.py")
+    rnd = random.Random(28)  # noqa: S311 - a reproducible test, not cryptography
+    alphabet = ["\t", " ", "\n", "[", "]", "nvidia_fs", "nvme", V1, V2, syms.NVME_RDMA,
+                syms.BLK_ITER, "pci_p2pdma_add_resource", "T", "t", "ffff", "\x00", "é", "x" * 300]
+    for _ in range(400):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 60)))
+        table = syms.kallsyms_modules(text)
+        assert all(len(k) <= 200 and (m is None or len(m) <= 64) for k, m in table.items())
+        version = rnd.choice([None, "", "2.28", "2.28.4", "x.y", "9" * 50, "2.26.6\n"])
+        kernel_rel = rnd.choice(["", "6.17.0-5-generic", "garbage", "4.18.0", (6, 17), []])
+        reg = syms.registration(table, version, kernel_rel, rnd.random() < 0.5,
+                                rnd.random() < 0.5)
+        assert reg["wanted"] in (None, V1, V2)
+        assert isinstance(reg["ok"], bool) and isinstance(reg["message"], str)
+        assert syms.p2pdma_symbol(table) in (None, *syms.P2PDMA_SYMBOLS)
+    assert len(syms.kallsyms_modules("a b c\n" * 10_000)) <= 1
+
+
+def test_verify_yml_filter_names_both_on_a_mismatch() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "nvfs_symbols.py"
+    spec = importlib.util.spec_from_file_location("gdsfleet_test_filter_nvfs_symbols", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    filters = mod.FilterModule().filters()
+    lines = [f"ffffffffc0a1b2c0 T {V2}\t[nvme]"]
+    reg = filters["nvfs_registration"](lines, "2.26.6", "6.8.0-60-generic")
+    assert reg["ok"] is False and reg["mismatch"] is True
+    assert V1 in reg["message"] and V2 in reg["message"] and "#87" in reg["message"]
+    assert filters["nvfs_registration"](lines, "2.28.4", "6.17.0-5-generic")["ok"] is True
+    assert filters["p2pdma_symbol"](["ffffffff81a2b3c0 T pci_p2pdma_add_resource"]) == (
+        "pci_p2pdma_add_resource")
+    assert filters["p2pdma_symbol"]("") is None

@@ -152,7 +152,7 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         gdscheck = {"gds_version": f"{cufile_ver}.6", "nvfs": ".".join((nvfs or "0.0").split(
             ".")[:2]), "p2pdma": over.get("gdscheck_p2pdma", "Supported" if route == "p2pdma"
                                            and p2p_kernel else "Unsupported"),
-                    "nvme": "Supported" if nvme_ok else "Unsupported",
+                    "nvme": over.get("gdscheck_nvme", "Supported" if nvme_ok else "Unsupported"),
                     "nvmeof": "Supported" if nvfs and rdma_patched else "Unsupported",
                     "format": over.get("gdscheck_format", "lines")}
     commands = ["lsblk", "mokutil", "ldconfig", "modprobe"]

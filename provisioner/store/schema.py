@@ -40,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from provisioner.errors import LedgerError
+from provisioner.sanitize import storable, storable_document
 from provisioner.store.ids import new_run_id as new_run_id
 from provisioner.store.ids import utcnow as utcnow
 from provisioner.store.location import ENV_LEDGER
@@ -163,7 +164,11 @@ _APPEND_ONLY = ("verifications", "check_results", "step_events")
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+    """A JSON column's text. NUL and lone surrogates in its strings are escaped first
+    (:func:`provisioner.sanitize.storable`): JSON would keep them as ``\\u0000``/``\\ud800``,
+    which every reader turns back into what no ledger column, PostgreSQL ``jsonb`` or strict
+    JSON parser takes."""
+    return json.dumps(storable_document(value), sort_keys=True, default=str)
 
 
 def _loads(value: str | None, where: str = "a row") -> Any:
@@ -188,10 +193,13 @@ def _loads(value: str | None, where: str = "a row") -> Any:
 
 
 def _text(value: Any) -> str | None:
+    """A text column's value: a string with NUL and lone surrogates escaped (no ledger can
+    store them: SQLite's and PostgreSQL's drivers raise, and one node's text would cost the
+    whole fleet's results), anything else as JSON (ASCII, so storable as it is)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return value
+        return storable(value)
     return _dumps(value)
 
 

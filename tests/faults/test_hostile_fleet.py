@@ -1,0 +1,211 @@
+"""Fault injection: one hostile node in a fleet must cost only its own result (issue 27).
+
+The fleet is two inventory hosts whose commands run on this machine through a stand-in
+runner (:class:`StandinNodeRunner`: the real local runner with a per-node fake ``python3``
+first on ``PATH``, standing in for each node's interpreter), so ``verify`` runs its real
+gather parsing, checks, ledger writes and reports. The ledger is SQLite and a real PostgreSQL
+(``tests/harness/pg.py``; skipped where the server binaries are missing).
+
+Each test names the issue's numbered case; each failed on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from provisioner import redact
+from provisioner.cli import main
+from provisioner.exitcodes import Exit
+from provisioner.local import LocalRunner
+from tests.harness import pg as pgmod
+
+GOOD = "good1"
+BAD = "bad1"
+
+
+@pytest.fixture(autouse=True)
+def _private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("GDSFLEET_LEDGER", raising=False)
+    monkeypatch.delenv("GDSFLEET_DEBUG_LOG", raising=False)
+    redact.forget_all()
+    yield
+    redact.forget_all()
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    try:
+        with pgmod.cluster() as url:
+            yield url
+    except pgmod.NoPostgres as exc:
+        pytest.skip(str(exc))
+
+
+def _fresh_pg(url: str) -> str:
+    """The cluster's database emptied (each test starts from a new ledger)."""
+    from provisioner.store import Ledger, metadata
+
+    led = Ledger.open(url)
+    try:
+        with led._write() as conn:
+            for t in ("verifications", "check_results", "step_events"):
+                conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {t}_append_only ON {t}")
+            metadata.drop_all(conn)
+    finally:
+        led.close()
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite")
+    return _fresh_pg(request.getfixturevalue("pg_url"))
+
+
+# ----------------------------------------------------------------------------- stand-ins
+def gather_doc(**items: Any) -> str:
+    """A gather document (the line verify parses); a str value is the item's stdout, a dict
+    is the whole item."""
+    return json.dumps({"gdsfleet_gather": 1, "items": {
+        k: (v if isinstance(v, dict) else {"rc": 0, "out": v, "err": ""})
+        for k, v in items.items()}}) + "\n"
+
+
+def standin_interpreter(folder: Path, stdout: str) -> Path:
+    """A folder holding a stand-in ``python3`` that reads its script and answers ``stdout``
+    (a gather document: every node command verify sends is ``python3 -``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    answer = folder / "answer.out"
+    answer.write_text(stdout, encoding="utf-8", errors="surrogatepass")
+    exe = folder / "python3"
+    exe.write_text(f"#!/bin/sh\ncat >/dev/null\ncat '{answer}'\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return folder
+
+
+class StandinNodeRunner(LocalRunner):
+    """The local runner with the node's stand-in interpreter first on PATH."""
+
+    def __init__(self, name: str, bin_dir: Path) -> None:
+        super().__init__(name)
+        self.bin_dir = bin_dir
+
+    def run(self, command: str, *, timeout: float, stdin: bytes | None = None,
+            env: dict[str, str] | None = None) -> Any:
+        env = dict(env or {}, PATH=f"{self.bin_dir}:{os.environ['PATH']}")
+        return super().run(command, timeout=timeout, stdin=stdin, env=env)
+
+
+def standin_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                  answers: dict[str, str]) -> Path:
+    """An inventory of ``answers``' hosts whose runners are stand-ins answering each its
+    document; returns the inventory."""
+    bins = {name: standin_interpreter(tmp_path / "nodes" / name, doc)
+            for name, doc in answers.items()}
+
+    def runner_factory(_settings: Any) -> Any:
+        return lambda node: StandinNodeRunner(node.name, bins[node.name])
+
+    import provisioner.ssh
+
+    monkeypatch.setattr(provisioner.ssh, "runner_factory", runner_factory)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n" + "".join(
+        f"        {n}: {{ansible_host: 127.0.0.1, ansible_user: root}}\n" for n in answers))
+    return inv
+
+
+def recorded(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every verification in the ledger by node: its report and its checks' texts."""
+    from provisioner.store import Ledger, check_results, verifications
+
+    led = Ledger.open(url)
+    try:
+        with led._read() as conn:
+            rows = conn.execute(select(verifications.c.id, verifications.c.node,
+                                       verifications.c.report_json)).all()
+            checks = conn.execute(select(check_results)).mappings().all()
+    finally:
+        led.close()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for vid, node, report in rows:
+        texts = [dict(c) for c in checks if c["verification_id"] == vid]
+        out.setdefault(node, []).append({"report": json.loads(report), "checks": texts})
+    return out
+
+
+def verify_fleet(inv: Path, url: str, tmp_path: Path) -> int:
+    return main(["verify", "-i", str(inv), "--no-io-test", "--ledger", url,
+                 "--json", str(tmp_path / "r.json"), "--parallel", "2"])
+
+
+# ============================================================ 3. lone surrogates
+SURROGATE = "\ud800"
+
+
+@pytest.mark.parametrize("where", ["kernel_release", "gdscheck", "cufile_path"])
+def test_3_a_lone_surrogate_costs_no_result(where: str, ledger_url: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Case 3: a node whose kernel_release, gdscheck output or cufile.json path holds a lone
+    surrogate: both nodes of the fleet are recorded (SQLite and PostgreSQL), the surrogate
+    escaped (``\\ud800``), and verify exits with a verdict. Before: exit 70 from the ledger
+    write (UTF-8 cannot encode a lone surrogate), 0 verifications, run ``interrupted``."""
+    hostile: dict[str, dict[str, Any]] = {
+        "kernel_release": {"kernel_release": f"6.8.0-{SURROGATE}-generic"},
+        "gdscheck": {"gdscheck": {"rc": 0, "err": "", "argv": [f"/opt/gds{SURROGATE}/gdscheck"],
+                                  "out": f"GDS release version: 1.14.0.30{SURROGATE}\n"
+                                         f"nvidia_fs version:  2.25{SURROGATE} libcufile "
+                                         f"version: 2.12\nNVMe               : Supported\n"}},
+        "cufile_path": {"cufile_json": {"rc": 0, "out": "{}", "err": "",
+                                        "path": f"/etc/cufile{SURROGATE}.json"}},
+    }
+    inv = standin_fleet(tmp_path, monkeypatch, {
+        GOOD: gather_doc(kernel_release="6.8.0-1-generic"), BAD: gather_doc(**hostile[where])})
+    code = verify_fleet(inv, ledger_url, tmp_path)
+    err = capsys.readouterr().err
+    assert code == Exit.NOT_COMPLIANT, err
+    rows = recorded(ledger_url)
+    assert sorted(rows) == [BAD, GOOD], err
+    stored = json.dumps(rows[BAD], ensure_ascii=False)
+    assert SURROGATE not in stored  # escaped, so any ledger (and any reader) takes it
+    assert "\\ud800" in stored.replace("\\\\", "\\")
+
+
+# ============================================================ 7. NUL
+def test_7_a_nul_from_a_node_is_escaped_and_recorded(ledger_url: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    """Case 7: a NUL in a node's text (kernel_release reaches a check's observed text) is
+    recorded escaped (``\\x00``), on PostgreSQL too, and that result becomes the node's latest
+    (the older record no longer stands for it in ``status``/``export``). Before: PostgreSQL
+    refused the row (exit 74, "NOT recorded"), the node's older record stayed latest."""
+    good = gather_doc(kernel_release="6.8.0-1-generic")
+    inv = standin_fleet(tmp_path, monkeypatch, {GOOD: good, BAD: good})
+    assert verify_fleet(inv, ledger_url, tmp_path) == Exit.NOT_COMPLIANT
+    inv = standin_fleet(tmp_path, monkeypatch, {
+        GOOD: good, BAD: gather_doc(kernel_release="6.8.0\x00-generic")})
+    code = verify_fleet(inv, ledger_url, tmp_path)
+    err = capsys.readouterr().err
+    assert code == Exit.NOT_COMPLIANT, err
+    rows = recorded(ledger_url)
+    assert len(rows[BAD]) == 2 and len(rows[GOOD]) == 2, err
+    stored = json.dumps(rows[BAD], ensure_ascii=False)
+    assert "\x00" not in stored and "\\x00" in stored.replace("\\\\", "\\")
+    from provisioner.store import Ledger
+
+    with Ledger.open(ledger_url) as led:
+        latest = led.latest_for(BAD)
+    assert latest is not None
+    assert "\\x00" in json.dumps(latest).replace("\\\\", "\\")

@@ -18,6 +18,7 @@ from typing import Any
 
 import paramiko
 
+from provisioner import interrupts
 from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
 from provisioner.inventory import Node
 from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, BoundedOutput, printable
@@ -128,6 +129,8 @@ class SSHRunner:
                 max_delay=self.settings.retry_max_delay_s,
             )
         except Exception as exc:
+            if interrupts.requested():  # a stop: no retry ran after it (with_retries)
+                raise ConnectError(f"{self.node.name}: stopped (interrupted)") from None
             err = describe_error(self.node.name, self.target, exc)
             if _is_banner_error(exc):
                 err = ConnectError(

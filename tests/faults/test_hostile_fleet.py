@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import stat
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ from provisioner.exitcodes import Exit
 from provisioner.local import LocalRunner
 from tests.harness import pg as pgmod
 
+REPO = Path(__file__).resolve().parents[2]
 GOOD = "good1"
 BAD = "bad1"
 
@@ -209,3 +216,82 @@ def test_7_a_nul_from_a_node_is_escaped_and_recorded(ledger_url: str, tmp_path: 
         latest = led.latest_for(BAD)
     assert latest is not None
     assert "\\x00" in json.dumps(latest).replace("\\\\", "\\")
+
+
+# ============================================================ 4. a stop during connect retries
+class SilentServer:
+    """A TCP server on loopback that accepts every connection and never says a word (the
+    'silent port' of the issue: paramiko waits for a banner, then retries). Counts the
+    connections and when each came."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted: list[float] = []
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(time.monotonic())
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+    def inventory(self, tmp_path: Path, hosts: int) -> Path:
+        inv = tmp_path / "silent.yml"
+        inv.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n" + "".join(
+            f"        s{i}: {{ansible_host: 127.0.0.1, ansible_port: {self.port}, "
+            f"ansible_user: root}}\n" for i in range(hosts)))
+        return inv
+
+
+@pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_4_a_stop_during_connect_retries_acts_at_once(signo: int, tmp_path: Path) -> None:
+    """Case 4: SIGTERM or Ctrl-C while verify retries 4 hosts on a silent port (banner
+    timeouts, then backoff): verify exits 143/130 within the promised 2 s (bound 5 s, CI is
+    two loaded cores) and opens no connection after the signal. Before: 18 to 50 s
+    (``with_retries`` slept with ``time.sleep``), and the next attempts connected again."""
+    srv = SilentServer()
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(tmp_path / "state"))
+    env.pop("GDSFLEET_LEDGER", None)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-m", "provisioner.cli", "verify", "-i",
+             str(srv.inventory(tmp_path, 4)), "--ssh-config", "none", "--no-ledger",
+             "--retries", "5", "--connect-timeout", "0.5", "--parallel", "4"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 60
+            # past the first banner timeouts: the workers are in their backoff or retrying
+            while len(srv.accepted) < 6 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(srv.accepted) >= 6, "verify never retried"
+            proc.send_signal(signo)
+            t0 = time.monotonic()
+            try:
+                _, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # too slow: every thread's stack, to say why
+                proc.send_signal(signal.SIGABRT)  # -X faulthandler dumps them
+                _, err = proc.communicate(timeout=30)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        time.sleep(0.2)
+    finally:
+        srv.close()
+    assert took < 5, (took, err.decode(errors="replace")[-6000:])
+    assert proc.returncode == 128 + signo, (proc.returncode, err[-2000:])
+    late = [t for t in srv.accepted if t > t0 + 0.05]  # a connect in flight may land
+    assert not late, f"{len(late)} connection(s) after the signal"

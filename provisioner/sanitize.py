@@ -110,9 +110,10 @@ def printable_document(doc: Any, *, multiline: bool = True) -> Any:
     return doc
 
 
-# What no ledger column can hold: a lone surrogate (UTF-8 cannot encode it, so SQLite's and
-# PostgreSQL's drivers raise) and NUL (PostgreSQL's text type refuses it). Escaped visibly, as
-# printable() shows them, so the record says what the node sent.
+# What no ledger text column can hold: a lone surrogate (UTF-8 cannot encode it, so SQLite's
+# and PostgreSQL's drivers raise) and NUL (PostgreSQL's text type refuses it). Escaped visibly,
+# as printable() shows them, so the record says what the node sent. (The JSON columns hold
+# them as JSON's own ASCII escapes: provisioner.store.schema._dumps.)
 _UNSTORABLE = {0x00: "\\x00", **{cp: f"\\u{cp:04x}" for cp in range(0xD800, 0xE000)}}
 
 
@@ -121,31 +122,6 @@ def storable(text: Any) -> str:
     ``\\ud800``); every other character kept. Linear, in C (``str.translate``)."""
     s = text if isinstance(text, str) else str(text)
     return s.translate(_UNSTORABLE)
-
-
-def storable_document(doc: Any) -> Any:
-    """A copy of a JSON-like document with every string and key through :func:`storable`;
-    numbers, booleans and None unchanged. Iterative (a node's document may nest deeply)."""
-    root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any]] = [(doc, root, 0)]
-    while stack:
-        value, parent, slot = stack.pop()
-        if isinstance(value, Mapping):
-            out: dict[Any, Any] = {}
-            parent[slot] = out
-            for k, v in value.items():
-                key = storable(k) if isinstance(k, str) else k
-                out[key] = None
-                stack.append((v, out, key))
-        elif isinstance(value, list | tuple):
-            items: list[Any] = [None] * len(value)
-            parent[slot] = items
-            stack.extend((v, items, i) for i, v in enumerate(value))
-        elif isinstance(value, str):
-            parent[slot] = storable(value)
-        else:
-            parent[slot] = value
-    return root[0]
 
 
 def clip(text: str, limit: int = MAX_RAW_CHARS) -> str:
@@ -158,4 +134,4 @@ def clip(text: str, limit: int = MAX_RAW_CHARS) -> str:
 
 
 __all__ = ["MAX_ITEM_CHARS", "MAX_RAW_CHARS", "MAX_STDERR_BYTES", "MAX_STDOUT_BYTES", "clip",
-           "human_bytes", "printable", "printable_document", "storable", "storable_document"]
+           "human_bytes", "printable", "printable_document", "storable"]

@@ -40,7 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from provisioner.errors import LedgerError
-from provisioner.sanitize import storable, storable_document
+from provisioner.sanitize import storable
 from provisioner.store.ids import new_run_id as new_run_id
 from provisioner.store.ids import utcnow as utcnow
 from provisioner.store.location import ENV_LEDGER
@@ -164,11 +164,11 @@ _APPEND_ONLY = ("verifications", "check_results", "step_events")
 
 
 def _dumps(value: Any) -> str:
-    """A JSON column's text. NUL and lone surrogates in its strings are escaped first
-    (:func:`provisioner.sanitize.storable`): JSON would keep them as ``\\u0000``/``\\ud800``,
-    which every reader turns back into what no ledger column, PostgreSQL ``jsonb`` or strict
-    JSON parser takes."""
-    return json.dumps(storable_document(value), sort_keys=True, default=str)
+    """A JSON column's text: ASCII (``ensure_ascii``), so a NUL or a lone surrogate a node sent
+    is stored as JSON's escape (``\\u0000``, ``\\ud800``), which SQLite and PostgreSQL's
+    text type take, and read back as the node said it (shown through printable(), refused by
+    ``export``)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _loads(value: str | None, where: str = "a row") -> Any:

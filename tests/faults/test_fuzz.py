@@ -42,7 +42,7 @@ from hypothesis import strategies as st  # noqa: E402
 from provisioner import redact  # noqa: E402
 from provisioner.cli import main  # noqa: E402
 from provisioner.exitcodes import Exit  # noqa: E402
-from provisioner.sanitize import storable_document  # noqa: E402
+from provisioner.store import _dumps  # noqa: E402
 from provisioner.verify.model import CommandResult  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -258,7 +258,7 @@ def test_fuzz_parsers_never_raise(text: str) -> None:
     ]
     for r in results:
         doc = r.to_dict() if hasattr(r, "to_dict") else r
-        json.dumps(storable_document(doc), default=str).encode("utf-8")
+        _dumps(doc).encode("utf-8")
 
 
 @fuzz(fast=60)
@@ -272,7 +272,7 @@ def test_fuzz_io_test_document_is_judged_never_raises(muts: Any, route: Any) -> 
     if not isinstance(doc, dict):
         doc = {"attempts": doc}
     result = evaluate(doc, route=route)
-    json.dumps(storable_document(result.to_dict()), default=str).encode("utf-8")
+    _dumps(result.to_dict()).encode("utf-8")
 
 
 GDSIO_LINE = _yaml_output(FIXTURES / "gdsio" / "nvidia-docs_nvme_cpuonly-read.yml")
@@ -293,7 +293,7 @@ def test_fuzz_gdsio_document_is_judged_never_raises(muts: Any, floor: Any) -> No
         doc = {"runs": doc}
     result, check = evaluate(doc, GdsioOptions(), floor)
     out = {"check": check.to_dict(), "result": result.to_dict() if result else None}
-    json.dumps(storable_document(out), default=str).encode("utf-8")
+    _dumps(out).encode("utf-8")
 
 
 # ============================================================ a worker's event stream

@@ -133,14 +133,16 @@ def standin_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def recorded(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every verification in the ledger by node: its report and its checks' texts."""
+    """Every verification in the ledger by node, oldest first: its report (the JSON column,
+    decoded) and its checks' rows (the text columns, as stored)."""
     from provisioner.store import Ledger, check_results, verifications
 
     led = Ledger.open(url)
     try:
         with led._read() as conn:
             rows = conn.execute(select(verifications.c.id, verifications.c.node,
-                                       verifications.c.report_json)).all()
+                                       verifications.c.report_json)
+                                .order_by(verifications.c.id)).all()
             checks = conn.execute(select(check_results)).mappings().all()
     finally:
         led.close()
@@ -184,9 +186,12 @@ def test_3_a_lone_surrogate_costs_no_result(where: str, ledger_url: str, tmp_pat
     assert code == Exit.NOT_COMPLIANT, err
     rows = recorded(ledger_url)
     assert sorted(rows) == [BAD, GOOD], err
-    stored = json.dumps(rows[BAD], ensure_ascii=False)
-    assert SURROGATE not in stored  # escaped, so any ledger (and any reader) takes it
-    assert "\\ud800" in stored.replace("\\\\", "\\")
+    # the text columns hold it escaped; the JSON column keeps what the node said
+    texts = json.dumps(rows[BAD][0]["checks"], ensure_ascii=False)
+    assert SURROGATE not in texts
+    if where != "cufile_path":  # the path reaches no check's text
+        assert "\\ud800" in texts.replace("\\\\", "\\")
+    assert SURROGATE in json.dumps(rows[BAD][0]["report"], ensure_ascii=False)
 
 
 # ============================================================ 7. NUL
@@ -208,14 +213,14 @@ def test_7_a_nul_from_a_node_is_escaped_and_recorded(ledger_url: str, tmp_path: 
     assert code == Exit.NOT_COMPLIANT, err
     rows = recorded(ledger_url)
     assert len(rows[BAD]) == 2 and len(rows[GOOD]) == 2, err
-    stored = json.dumps(rows[BAD], ensure_ascii=False)
-    assert "\x00" not in stored and "\\x00" in stored.replace("\\\\", "\\")
+    texts = json.dumps(rows[BAD][1]["checks"], ensure_ascii=False)
+    assert "\x00" not in texts and "\\x00" in texts.replace("\\\\", "\\")
     from provisioner.store import Ledger
 
     with Ledger.open(ledger_url) as led:
         latest = led.latest_for(BAD)
-    assert latest is not None
-    assert "\\x00" in json.dumps(latest).replace("\\\\", "\\")
+        runs = led.runs(kind="verify", limit=1)
+    assert latest is not None and latest["run_id"] == runs[0]["id"]
 
 
 # ============================================================ 4. a stop during connect retries

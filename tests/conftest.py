@@ -22,15 +22,15 @@ import pytest
 pytest_plugins = ["tests.harness.fixtures"]
 
 # Property tests (Hypothesis): derandomized, so CI and the fast lane run the same bounded set of
-# examples every time (a failure is reproducible); GDSFLEET_HYPOTHESIS_EXAMPLES=N runs N per
-# test and GDSFLEET_HYPOTHESIS_RANDOM=1 a fresh random set (docs/testing.md, "Property tests").
+# examples every time (a failure is reproducible); GDSFLEET_FUZZ_EXAMPLES=N runs N per
+# test and GDSFLEET_FUZZ_RANDOM=1 a fresh random set (docs/testing.md, "Fuzzing").
 try:
     from hypothesis import HealthCheck, settings
 
     settings.register_profile(
         "gdsfleet",
-        derandomize=not os.environ.get("GDSFLEET_HYPOTHESIS_RANDOM"),
-        max_examples=int(os.environ.get("GDSFLEET_HYPOTHESIS_EXAMPLES", "60")),
+        derandomize=not os.environ.get("GDSFLEET_FUZZ_RANDOM"),
+        max_examples=int(os.environ.get("GDSFLEET_FUZZ_EXAMPLES", "60")),
         deadline=None,  # two loaded cores: a timing check would fail by chance
         suppress_health_check=[HealthCheck.too_slow],
         database=None,

@@ -28,6 +28,7 @@ Path decision (docs/checks.md, ``io.direct_path``):
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import time
 from dataclasses import dataclass, replace
@@ -217,14 +218,27 @@ def last_json(text: str, key: str | None = None) -> dict[str, Any] | None:
     return None
 
 
-def _gbps(nbytes: int, seconds: Any) -> float | None:
-    if not seconds or seconds <= 0:
+def _number(value: Any) -> float | None:
+    """A node's number: a finite int or float (not a bool, a string or NaN), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return round(nbytes / float(seconds) / 1e9, 3)
+    return float(value) if math.isfinite(value) else None
 
 
-def _stats_delta(before: str | None, after: str | None) -> dict[str, float] | None:
-    if not before or not after:
+def _whole(value: Any) -> int:
+    """A node's byte count: a non-negative int (0 for anything else)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _gbps(nbytes: int, seconds: Any) -> float | None:
+    s = _number(seconds)
+    if not s or s <= 0:
+        return None
+    return round(nbytes / s / 1e9, 3)
+
+
+def _stats_delta(before: Any, after: Any) -> dict[str, float] | None:
+    if not before or not after or not isinstance(before, str) or not isinstance(after, str):
         return None
     return nvfs_stats.delta(nvfs_stats.parse(before), nvfs_stats.parse(after))
 
@@ -522,11 +536,15 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None,
     """Decide the path taken from the remote script's document (pure). ``operator``: a GPU
     Operator-managed node, whose workloads bring their own cuFile (no host libcufile): the
     cuFile the test ran with is the one judged (``libcufile.judged`` "workload")."""
-    attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+    # a node's document: every field may be of any type (fuzzed in tests/faults/test_fuzz.py)
+    raw_attempts = doc.get("attempts")
+    attempts = [a for a in raw_attempts if isinstance(a, dict)] if isinstance(
+        raw_attempts, list) else []
     direct = next((a for a in attempts if a.get("mode") == "OFF"), None)
     compat = next((a for a in attempts if a.get("mode") == "ON"), None)
-    size = int(doc.get("size_bytes") or 0)
-    rw = doc.get("rw_stats") or {}
+    size = _whole(doc.get("size_bytes"))
+    rw = doc.get("rw_stats")
+    rw = rw if isinstance(rw, dict) else {}
     rw_on = str(rw.get("during") or "") == "1"
     delta_direct = _stats_delta(doc.get("stats_before"), doc.get("stats_after_direct"))
     delta_compat = _stats_delta(doc.get("stats_after_direct"), doc.get("stats_after_compat"))
@@ -565,7 +583,7 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None,
         "evidence": evidence,
         "attempts": tuple(_summary(a) for a in attempts),
         "path": doc.get("path"),
-        "duration_s": float(doc.get("duration_s") or 0.0),
+        "duration_s": _number(doc.get("duration_s")) or 0.0,
         "bytes": size,
     }
     if doc.get("status") == "skipped":

@@ -23,10 +23,15 @@ from provisioner.errors import InventoryError
 
 # Host names: what DNS and Ansible accept, plus ':' and '[]' are not allowed (ranges are
 # expanded by Ansible before we see them).
-_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}$")
-_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_.:\-%\[\]]{1,255}$")
-_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}\$?$")
+# Each anchored with \Z, never $ (which also matches before a trailing newline, so "n1\n"
+# passed). An address never starts with '-' (ssh would read it as an option).
+_HOSTNAME_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
+_ADDRESS_RE = re.compile(r"\A[A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:\-%\[\]]{0,254}\Z")
+_USER_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.\-]{0,63}\$?\Z")
 _SHELL_META = set(";&|`$<>(){}\n\r\\\"'*?!#~")
+
+# They replace the OpenSSH client of the playbook runs: refused (host_key_policy_problems).
+_EXECUTABLE_VARS = ("ansible_ssh_executable", "ansible_scp_executable", "ansible_sftp_executable")
 
 # Connection variables the orchestrator reads (Ansible's names, with their aliases).
 _CONN_VARS = (
@@ -53,6 +58,7 @@ _CONN_VARS = (
     "ansible_paramiko_host_key_checking",
     "ansible_paramiko_host_key_auto_add",
     "ansible_paramiko_record_host_keys",
+    *_EXECUTABLE_VARS,
 )
 
 # ansible_connection values where the rollout's host-key policy holds: OpenSSH with the
@@ -115,6 +121,8 @@ def _check_value(host: str, var: str, value: str, pattern: re.Pattern[str], what
     if not pattern.match(value):
         bad = sorted({c for c in value if c in _SHELL_META or c.isspace()})
         detail = f" (characters {''.join(bad)!r} are not allowed)" if bad else ""
+        if value.startswith("-"):
+            detail += " (it starts with '-', which ssh would read as an option)"
         raise InventoryError(
             f"inventory host {host!r}: {var}={value!r} is not a valid {what}{detail}; "
             f"fix the value in the inventory (hosts file, host_vars/ or group_vars/)"
@@ -224,6 +232,11 @@ def host_key_policy_problems(node: Node) -> list[str]:
         out.append(f"host {node.name!r}: ansible_ssh_args replaces the provisioner's SSH "
                    f"arguments (StrictHostKeyChecking=yes among them); put options in "
                    f"ansible_ssh_common_args instead")
+    for var in _EXECUTABLE_VARS:
+        if hv.get(var) not in (None, ""):
+            out.append(f"host {node.name!r}: {var} replaces the OpenSSH client the "
+                       f"provisioner's host-key policy relies on (a wrapper can add "
+                       f"-o StrictHostKeyChecking=no); {where}")
     for var in _SSH_ARG_VARS:
         value = hv.get(var)
         if value:

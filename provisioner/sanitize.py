@@ -154,6 +154,20 @@ def finite_document(doc: Any) -> Any:
     return map_document(doc, finite)
 
 
+# What no ledger text column can hold: a lone surrogate (UTF-8 cannot encode it, so SQLite's
+# and PostgreSQL's drivers raise) and NUL (PostgreSQL's text type refuses it). Escaped visibly,
+# as printable() shows them, so the record says what the node sent. (The JSON columns hold
+# them as JSON's own ASCII escapes: provisioner.store.schema._dumps.)
+_UNSTORABLE = {0x00: "\\x00", **{cp: f"\\u{cp:04x}" for cp in range(0xD800, 0xE000)}}
+
+
+def storable(text: Any) -> str:
+    """``text`` as any ledger can store it: NUL and lone surrogates escaped (``\\x00``,
+    ``\\ud800``); every other character kept. Linear, in C (``str.translate``)."""
+    s = text if isinstance(text, str) else str(text)
+    return s.translate(_UNSTORABLE)
+
+
 def clip(text: str, limit: int = MAX_RAW_CHARS) -> str:
     """``text`` cut to its last ``limit`` characters (the end of an output says most), with
     a line naming what was cut and the limit."""
@@ -164,4 +178,5 @@ def clip(text: str, limit: int = MAX_RAW_CHARS) -> str:
 
 
 __all__ = ["MAX_ITEM_CHARS", "MAX_RAW_CHARS", "MAX_STDERR_BYTES", "MAX_STDOUT_BYTES", "clip",
-           "finite_document", "human_bytes", "map_document", "printable", "printable_document"]
+           "finite_document", "human_bytes", "map_document", "printable", "printable_document",
+           "storable"]

@@ -21,6 +21,24 @@ import pytest
 
 pytest_plugins = ["tests.harness.fixtures"]
 
+# Property tests (Hypothesis): derandomized, so CI and the fast lane run the same bounded set of
+# examples every time (a failure is reproducible); GDSFLEET_FUZZ_EXAMPLES=N runs N per
+# test and GDSFLEET_FUZZ_RANDOM=1 a fresh random set (docs/testing.md, "Fuzzing").
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "gdsfleet",
+        derandomize=not os.environ.get("GDSFLEET_FUZZ_RANDOM"),
+        max_examples=int(os.environ.get("GDSFLEET_FUZZ_EXAMPLES", "60")),
+        deadline=None,  # two loaded cores: a timing check would fail by chance
+        suppress_health_check=[HealthCheck.too_slow],
+        database=None,
+    )
+    settings.load_profile("gdsfleet")
+except ImportError:  # pragma: no cover - requirements/ci.txt installs it
+    pass
+
 SLOW_SECONDS = float(os.environ.get("GDSFLEET_SLOW_SECONDS", "60"))  # env: for its own test
 _UNEXPLAINED = "gdsfleet-slow-without-reason"
 TESTING_DOC = Path(__file__).resolve().parents[1] / "docs" / "testing.md"

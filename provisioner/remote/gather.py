@@ -78,6 +78,11 @@ KALLSYMS_NVMEOF = (
     "nvme_rdma_v1_register_nvfs_dma_ops",
     "nvme_rdma_v1_unregister_nvfs_dma_ops",
 )
+# -- which nvme name the loaded nvidia-fs looks up ----------------------------------------------
+# Only an nvidia-fs built with HAVE_BLK_RQ_DMA_MAP_ITER_START (2.28.2+ on 6.17+ kernels) has this
+# function, and it looks up nvme_v2_register_nvfs_dma_ops (NVIDIA/gds-nvidia-fs src/nvfs-dma.c;
+# tests/fixtures/kallsyms/). Kept past the cap on nvidia_fs's own symbols.
+KALLSYMS_NVFS_BUILD = ("nvfs_blk_rq_dma_map_iter_start",)
 KALLSYMS_EXACT_MAX = 64
 KALLSYMS_NVFS_MAX = 400
 
@@ -199,7 +204,7 @@ def module_params(module: str) -> dict:
 
 
 def grep_kallsyms() -> dict:
-    wanted = set(KALLSYMS_WANTED) | set(KALLSYMS_NVMEOF)
+    wanted = set(KALLSYMS_WANTED) | set(KALLSYMS_NVMEOF) | set(KALLSYMS_NVFS_BUILD)
     hits = []
     exact = substring = 0
     try:

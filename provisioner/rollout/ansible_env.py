@@ -105,6 +105,10 @@ def refuse_weak_environment(environ: Mapping[str, str]) -> None:
         if weak:
             raise UsageError(f"{var} holds {', '.join(weak)}, which weakens host-key checking "
                              f"of the playbook runs; unset it or remove that option")
+    for var in ("ANSIBLE_SSH_EXECUTABLE", "ANSIBLE_SCP_EXECUTABLE", "ANSIBLE_SFTP_EXECUTABLE"):
+        if environ.get(var):
+            raise UsageError(f"{var} replaces the OpenSSH client the playbook runs' host-key "
+                             f"checking relies on (a wrapper can turn it off); unset it")
     transport = (environ.get("ANSIBLE_TRANSPORT") or "ssh").strip()
     if transport not in SSH_CONNECTIONS:
         raise UsageError(f"ANSIBLE_TRANSPORT={transport!r}: the rollout's playbook runs use "

@@ -21,6 +21,31 @@ _WHY = re.compile(r"error|fail|unmet|depends:|unable|not installable|no such|den
 # events.jsonl: longest message kept (its tail), longest host/task name kept
 _EVENT_MSG_MAX = 500
 _EVENT_NAME_MAX = 200
+# the event's own time stamp (ansible-runner's "created": 26 characters of ISO 8601)
+_EVENT_AT_MAX = 40
+# what one shard's worker may send (issue 27 item 6: an execution node filled the
+# coordinator's disk with 300 events of 2 MiB). A site.yml run is about 460 events per host
+# (bench_exec_lab) at about 200 bytes each on its events.jsonl line, so the bounds leave an
+# order of magnitude of room; past one, the shard is lost with that reason.
+MAX_EVENTS_BASE = 10_000
+MAX_EVENTS_PER_HOST = 5_000
+MAX_EVENT_BYTES_BASE = 16 << 20
+MAX_EVENT_BYTES_PER_HOST = 1 << 20
+
+
+def shard_limits(hosts: int) -> tuple[int, int]:
+    """The most events, and the most ``events.jsonl`` bytes, a shard of ``hosts`` hosts
+    may produce."""
+    n = max(1, hosts)
+    return (MAX_EVENTS_BASE + MAX_EVENTS_PER_HOST * n,
+            MAX_EVENT_BYTES_BASE + MAX_EVENT_BYTES_PER_HOST * n)
+
+
+def _counter(value: Any) -> int | None:
+    """An event's counter as events.jsonl keeps it: an integer of at most 15 digits, or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**15:
+        return value
+    return None
 _FAILED_EVENTS = frozenset({"runner_on_failed", "runner_item_on_failed", "runner_on_async_failed",
                             "runner_on_unreachable"})
 
@@ -74,8 +99,10 @@ def event_line(event: Mapping[str, Any]) -> dict[str, Any]:
     data = event.get("event_data") or {}
     if not isinstance(data, Mapping):
         data = {}
-    line: dict[str, Any] = {"event": kind, "counter": event.get("counter"),
-                            "at": event.get("created")}
+    created = event.get("created")
+    # every field bounded: counter and created were copied whole (2 MiB each, per event)
+    line: dict[str, Any] = {"event": kind, "counter": _counter(event.get("counter")),
+                            "at": created[:_EVENT_AT_MAX] if isinstance(created, str) else None}
     for key in ("host", "task"):
         val = data.get(key)
         if isinstance(val, str) and val:
@@ -89,8 +116,10 @@ def event_line(event: Mapping[str, Any]) -> dict[str, Any]:
         line["failed"] = kind in _FAILED_EVENTS
         if data.get("ignore_errors"):
             line["ignored"] = True
-        if isinstance(data.get("duration"), (int, float)):
-            line["duration"] = round(float(data["duration"]), 3)
+        duration = data.get("duration")
+        if (isinstance(duration, int | float) and not isinstance(duration, bool)
+                and 0 <= duration < 10**9):  # finite, a plausible number of seconds
+            line["duration"] = round(float(duration), 3)
         if line["failed"]:
             msg = _message(res)
     elif not data.get("host"):
@@ -111,9 +140,13 @@ class EventLog:
         self._fh: Any = None
         self._lock = threading.Lock()
         self.lines = 0
+        self.bytes = 0
 
-    def __call__(self, line: Mapping[str, Any]) -> None:
+    def __call__(self, line: Mapping[str, Any]) -> int:
+        """Write ``line``; returns the bytes it took (0 when there is no file)."""
         text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+        # a lone surrogate in a node's host or task name: escaped, never an encoding error
+        data = text.encode("utf-8", "backslashreplace") + b"\n"
         with self._lock:
             if self._fh is None:
                 from provisioner.fsutil import open_private, private_dir
@@ -123,11 +156,14 @@ class EventLog:
                     fd = open_private(self.path)
                 except OSError:
                     self._fh = False  # no folder to write into: the outcomes still count
-                    return
-                self._fh = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+                    return 0
+                self._fh = os.fdopen(fd, "ab", buffering=0)
             if self._fh:
-                self._fh.write(text + "\n")
+                self._fh.write(data)
                 self.lines += 1
+                self.bytes += len(data)
+                return len(data)
+            return 0
 
     def close(self) -> None:
         with self._lock:

@@ -100,6 +100,15 @@ class PlaybookResult:
 
 
 
+def _host_counts(value: Any) -> dict[str, int]:
+    """One ``playbook_on_stats`` table (host -> count) as a worker may send it: entries that
+    are not a host name and a whole number are left out."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {h: n for h, n in value.items()
+            if isinstance(h, str) and isinstance(n, int) and not isinstance(n, bool)}
+
+
 class EventCollector:
     """Fold ansible-runner events into one :class:`HostOutcome` per host.
 
@@ -113,10 +122,22 @@ class EventCollector:
         on_host_event: Callable[[str, str, str], None] | None = None,
         *,
         keep_events: bool = False,
-        sink: Callable[[dict[str, Any]], None] | None = None,
+        sink: Callable[[dict[str, Any]], Any] | None = None,
+        limits: tuple[int, int] | None = None,
+        on_overflow: Callable[[str], None] | None = None,
     ) -> None:
         self._hosts = list(hosts)
-        self._sink = sink  # gets event_line() of each event (the run's events.jsonl)
+        # gets event_line() of each event (the run's events.jsonl); an int it returns is the
+        # bytes that line took, counted against limits[1]
+        self._sink = sink
+        # (most events, most sink bytes): past either, every further event is ignored,
+        # ``overflow`` says why and ``on_overflow`` is called once (the ssh executor cuts the
+        # worker's stream there, and the shard is lost with that reason)
+        self._limits = limits
+        self._on_overflow = on_overflow
+        self.overflow: str | None = None
+        self._count = 0
+        self._bytes = 0
         self._ok: dict[str, int] = {}
         self._changed: dict[str, int] = {}
         self._skipped: dict[str, int] = {}
@@ -134,34 +155,58 @@ class EventCollector:
     def handle(self, event: Mapping[str, Any]) -> bool:
         """Fold one event in. Returns False: ansible-runner then writes no file for it
         (its ``job_events/``); what is kept goes to ``sink`` as one slim line."""
+        if self.overflow is not None:
+            return False
+        self._count += 1
+        if self._limits is not None and self._count > self._limits[0]:
+            self._overflowed(f"more than {self._limits[0]:,} events (the limit of one shard)")
+            return False
         self._fold(event)
         if self._sink is not None:
-            self._sink(event_line(event))
+            written = self._sink(event_line(event))
+            if isinstance(written, int) and not isinstance(written, bool):
+                self._bytes += written
+                if self._limits is not None and self._bytes > self._limits[1]:
+                    from provisioner.sanitize import human_bytes
+
+                    self._overflowed(f"more than {human_bytes(self._limits[1])} of events "
+                                     f"(the limit of one shard's events.jsonl)")
         return False
 
+    def _overflowed(self, reason: str) -> None:
+        self.overflow = reason
+        if self._on_overflow is not None:
+            self._on_overflow(reason)
+
     def _fold(self, event: Mapping[str, Any]) -> None:
-        kind = str(event.get("event", ""))
-        data = event.get("event_data") or {}
+        kind = str(event.get("event", ""))[:64]
+        data = event.get("event_data")
+        data = data if isinstance(data, Mapping) else {}  # a worker's stream is hostile
         host = data.get("host")
+        if not isinstance(host, str) or len(host) > 255:  # no host name is longer
+            host = None
         with self._lock:
             if self._keep:
                 self.events.append(_slim(event))
             stdout = event.get("stdout")
             if isinstance(stdout, str) and stdout.strip():
-                self.stdout_tail = (self.stdout_tail + stdout.splitlines())[-20:]
+                # the last 20 lines, each at most 2,000 characters (a node's line may be MiBs)
+                self.stdout_tail = (self.stdout_tail + [
+                    ln[-2000:] for ln in stdout[-64_000:].splitlines()])[-20:]
             if kind in ("playbook_on_start", "playbook_on_play_start"):
                 self._started = True
             if kind == "playbook_on_stats":
                 self._stats = {
-                    key: dict(data.get(key) or {})
+                    key: _host_counts(data.get(key))
                     for key in ("ok", "changed", "failures", "dark", "skipped", "ignored",
                                 "rescued", "processed")
                 }
                 return
             if not host:
                 return
-            task = str(data.get("task") or "")
-            res = data.get("res") or {}
+            task = str(data.get("task") or "")[-2000:]
+            res = data.get("res")
+            res = res if isinstance(res, Mapping) else {}
             if kind == "runner_on_ok":
                 self._seen.add(host)
                 self._ok[host] = self._ok.get(host, 0) + 1

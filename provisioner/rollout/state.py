@@ -107,14 +107,15 @@ def record_results(ledger: Any, run_id: str, results: Sequence[Result]) -> None:
             raise LedgerError("a verification report without a node name cannot be recorded")
         io = doc.get("io_test") or {}
         vrows.append({
-            "run_id": run_id, "node": name, "at": now,
+            "run_id": run_id, "node": store._text(name), "at": now,
             "reachable": bool(doc.get("reachable")), "compliant": bool(doc.get("compliant")),
-            "route": doc.get("route"),
-            "path_taken": io.get("path_taken") if isinstance(io, Mapping) else None,
+            "route": store._text(doc.get("route")),
+            "path_taken": store._text(io.get("path_taken")) if isinstance(io, Mapping) else None,
             "report_json": store._dumps(doc), "raw_json": store._dumps(raw),
         })
         checks.append([
-            {"check_id": str(c.get("id")), "status": str(c.get("status")),
+            {"check_id": store._text(str(c.get("id"))),
+             "status": store._text(str(c.get("status"))),
              "expected": store._text(c.get("expected")),
              "observed": store._text(c.get("observed")),
              "message": store._text(c.get("message"))}

@@ -18,6 +18,7 @@ from typing import Any
 
 import paramiko
 
+from provisioner import interrupts
 from provisioner.errors import CommandTimeout, ConnectError, HostKeyError
 from provisioner.inventory import Node
 from provisioner.sanitize import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, BoundedOutput, printable
@@ -128,6 +129,8 @@ class SSHRunner:
                 max_delay=self.settings.retry_max_delay_s,
             )
         except Exception as exc:
+            if interrupts.requested():  # a stop: no retry ran after it (with_retries)
+                raise ConnectError(f"{self.node.name}: stopped (interrupted)") from None
             err = describe_error(self.node.name, self.target, exc)
             if _is_banner_error(exc):
                 err = ConnectError(
@@ -229,6 +232,32 @@ class SSHRunner:
             transport_factory=_transport,
         )
 
+    def _open_session(self) -> paramiko.Channel:
+        """A new session channel. A connection found dead here (the server dropped it after a
+        command was stopped, a loaded node's sshd cut it) is reconnected once: no command ran
+        on it yet, so nothing is run twice. A stop (SIGINT/SIGTERM) opens no new connection
+        (provisioner.ssh.retry.with_retries)."""
+        for last in (False, True):
+            self.connect()
+            assert self._client is not None  # noqa: S101
+            transport = self._client.get_transport()
+            if transport is None or not transport.is_active():
+                if not last:
+                    self.close()
+                    continue
+                raise ConnectError(f"{self.node.name}: connection lost", transient=True)
+            try:
+                return transport.open_session(timeout=self.settings.channel_timeout)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                if not last:  # dead under us (EOF, Broken pipe) or refused: a fresh one
+                    self.close()
+                    continue
+                raise ConnectError(
+                    printable(redact(clip(f"{self.node.name}: cannot open a session: {exc}"))),
+                    transient=True,
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def run(
         self,
         command: str,
@@ -238,21 +267,10 @@ class SSHRunner:
         env: dict[str, str] | None = None,
     ) -> CommandResult:
         """Run one command; stdout/stderr drained concurrently; deadline ``timeout`` seconds."""
-        self.connect()
-        assert self._client is not None
-        transport = self._client.get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(f"{self.node.name}: connection lost", transient=True)
         full = _with_env(command, env)
         t0 = time.monotonic()
         deadline = t0 + timeout
-        try:
-            chan = transport.open_session(timeout=self.settings.channel_timeout)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ConnectError(
-                printable(redact(clip(f"{self.node.name}: cannot open a session: {exc}"))),
-                transient=True,
-            ) from exc
+        chan = self._open_session()
         # past a limit, the channel is closed below: the command gets SIGHUP
         output = BoundedOutput(self.node.name, _short_cmd(command), max_stdout=MAX_STDOUT_BYTES,
                                max_stderr=MAX_STDERR_BYTES)

@@ -40,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from provisioner.errors import LedgerError
+from provisioner.sanitize import storable
 from provisioner.store.ids import new_run_id as new_run_id
 from provisioner.store.ids import utcnow as utcnow
 from provisioner.store.location import ENV_LEDGER
@@ -163,6 +164,10 @@ _APPEND_ONLY = ("verifications", "check_results", "step_events")
 
 
 def _dumps(value: Any) -> str:
+    """A JSON column's text: ASCII (``ensure_ascii``), so a NUL or a lone surrogate a node sent
+    is stored as JSON's escape (``\\u0000``, ``\\ud800``), which SQLite and PostgreSQL's
+    text type take, and read back as the node said it (shown through printable(), refused by
+    ``export``)."""
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -188,10 +193,13 @@ def _loads(value: str | None, where: str = "a row") -> Any:
 
 
 def _text(value: Any) -> str | None:
+    """A text column's value: a string with NUL and lone surrogates escaped (no ledger can
+    store them: SQLite's and PostgreSQL's drivers raise, and one node's text would cost the
+    whole fleet's results), anything else as JSON (ASCII, so storable as it is)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return value
+        return storable(value)
     return _dumps(value)
 
 

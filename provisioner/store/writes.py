@@ -94,12 +94,12 @@ class LedgerWrites(LedgerBase):
                 insert(verifications)
                 .values(
                     run_id=run_id,
-                    node=name,
+                    node=_text(name),
                     at=now,
                     reachable=bool(doc.get("reachable")),
                     compliant=bool(doc.get("compliant")),
-                    route=doc.get("route"),
-                    path_taken=io.get("path_taken") if isinstance(io, Mapping) else None,
+                    route=_text(doc.get("route")),
+                    path_taken=_text(io.get("path_taken")) if isinstance(io, Mapping) else None,
                     report_json=_dumps(doc),
                     raw_json=_dumps(raw_out),
                 )
@@ -108,8 +108,8 @@ class LedgerWrites(LedgerBase):
             rows = [
                 {
                     "verification_id": vid,
-                    "check_id": str(c.get("id")),
-                    "status": str(c.get("status")),
+                    "check_id": _text(str(c.get("id"))),
+                    "status": _text(str(c.get("status"))),
                     "expected": _text(c.get("expected")),
                     "observed": _text(c.get("observed")),
                     "message": _text(c.get("message")),

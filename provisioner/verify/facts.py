@@ -146,7 +146,10 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
     # kernel symbols, nvme, iommu
     ks = kernel.parse_kallsyms(_text(doc, "kallsyms") or "")
     kallsyms_item = _item(doc, "kallsyms")
-    facts["kallsyms"] = {**ks, "readable": _ok(kallsyms_item)}
+    facts["kallsyms"] = {**ks, "readable": _ok(kallsyms_item),
+                         "nvfs_lookup": kernel.nvfs_lookup(
+                             ks, nvfs_version if nvfs_mod["loaded"] else None,
+                             facts["kernel"]["version"])}
     mp = _text(doc, "nvme_multipath")
     facts["nvme"] = {"multipath": mp.strip() if mp is not None else None,
                      "module_loaded": _module(doc, "nvme_module")["loaded"]}

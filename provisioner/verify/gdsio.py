@@ -94,15 +94,21 @@ def evaluate(doc: dict[str, Any] | None, opts: GdsioOptions, floor: float | None
         return None, CheckResult(CHECK_ID, SKIP, expected, "not run", reason)
     result_runs: list[GdsioRun] = []
     problems: list[str] = []
-    for run in doc.get("runs") or []:
+    runs = doc.get("runs")
+    for run in runs if isinstance(runs, list) else []:
+        if not isinstance(run, dict):  # a node's document: any type anywhere
+            problems.append(f"a run that is not an object: {str(run)[:80]}")
+            continue
         transfer = str(run.get("transfer"))
         failure = _run_failure(run)
         if failure is not None:
             problems.append(f"the {transfer} run (-x {run.get('xfer_type')}) failed: {failure}")
             continue
         line = gdsio_parser.parse(str(run.get("stdout"))).lines[0]
+        xfer = run.get("xfer_type", line.xfer_type or 0)
         result_runs.append(GdsioRun(
-            transfer=transfer, xfer_type=int(run.get("xfer_type", line.xfer_type or 0)),
+            transfer=transfer,
+            xfer_type=xfer if isinstance(xfer, int) and not isinstance(xfer, bool) else -1,
             throughput_gibps=line.throughput_gibps, avg_latency_us=line.avg_latency_us,
             ops=line.ops, duration_s=line.total_time_s))
     if doc.get("status") == "failed":

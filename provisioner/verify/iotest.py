@@ -135,7 +135,8 @@ def command(options: IoTestOptions, path: str, python: str = FALLBACK_PYTHON,
 def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
                 route: str | None = None,
                 runtime: dict[str, Any] | None = None,
-                library_path: str | None = None) -> tuple[IoTestResult, str]:
+                library_path: str | None = None,
+                operator: bool = False) -> tuple[IoTestResult, str]:
     """Run the remote script with the verification runtime's interpreter (``runtime``: the
     gather's ``verify_runtime`` facts; see :func:`choose_interpreter`); return the evaluated
     result and the raw output. Node-side failures become a ``failed``/``skipped`` result;
@@ -171,7 +172,7 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
                          duration_s=time.monotonic() - started),
             raw,
         )
-    result = with_interpreter(evaluate(doc, route=route), interp)
+    result = with_interpreter(evaluate(doc, route=route, operator=operator), interp)
     return with_requested_path(result, path), raw
 
 
@@ -218,15 +219,32 @@ def last_json(text: str, key: str | None = None) -> dict[str, Any] | None:
     return None
 
 
-def _gbps(nbytes: int, seconds: Any) -> float | None:
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+def _number(value: Any) -> float | None:
+    """A node's number: a finite int or float (not a bool, a string or NaN), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    gbps = nbytes / float(seconds) / 1e9
+    try:
+        f = float(value)
+    except OverflowError:  # an int past any float (10**400)
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _whole(value: Any) -> int:
+    """A node's byte count: a non-negative int (0 for anything else)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _gbps(nbytes: int, seconds: Any) -> float | None:
+    s = _number(seconds)
+    if not s or s <= 0:
+        return None
+    gbps = nbytes / s / 1e9
     return round(gbps, 3) if math.isfinite(gbps) else None  # 1e-320 s: inf
 
 
-def _stats_delta(before: str | None, after: str | None) -> dict[str, float] | None:
-    if not before or not after:
+def _stats_delta(before: Any, after: Any) -> dict[str, float] | None:
+    if not before or not after or not isinstance(before, str) or not isinstance(after, str):
         return None
     return nvfs_stats.delta(nvfs_stats.parse(before), nvfs_stats.parse(after))
 
@@ -353,10 +371,12 @@ def _bounded(value: Any, limit: int = 300) -> str | None:
     return None if value is None else str(value)[:limit]
 
 
-def libcufile_verdict(lib: dict[str, Any] | None, ran: bool) -> tuple[str, str, str]:
+def libcufile_verdict(lib: dict[str, Any] | None, ran: bool,
+                      operator: bool = False) -> tuple[str, str, str]:
     """(status, actual, detail) of io.libcufile: the I/O test ran with the host's libcufile and
     any nvidia-cufile wheel beside it is the host's release (pure). ``ran``: an attempt moved
-    data (else the check skips)."""
+    data (else the check skips). ``operator``: a GPU Operator-managed node, where the
+    workloads' cuFile is judged instead (:func:`_workload_verdict`)."""
     if lib is None:
         return "skip", "not reported", ("Skipped: the node's I/O test did not report which "
                                         "libcufile it loaded.")
@@ -366,6 +386,8 @@ def libcufile_verdict(lib: dict[str, Any] | None, ran: bool) -> tuple[str, str, 
              if lib.get("wheel_distribution") else "no nvidia-cufile wheel")
     actual = (f"{host if lib.get('host_path') else 'no host libcufile'}; {wheel}; "
               f"used {lib.get('used')}")
+    if operator:
+        return _workload_verdict(lib, ran, actual, wheel)
     if not lib.get("host_path"):
         if lib.get("wheel_distribution") or lib.get("used") in (LIB_WHEEL, LIB_OTHER):
             return "fail", actual, (
@@ -407,6 +429,29 @@ def libcufile_verdict(lib: dict[str, Any] | None, ran: bool) -> tuple[str, str, 
                                 "wheel_distribution") else "."))
 
 
+def _workload_verdict(lib: dict[str, Any], ran: bool, actual: str,
+                     wheel: str) -> tuple[str, str, str]:
+    """io.libcufile on a GPU Operator-managed node. The operator runs nvidia-fs in its driver
+    container and installs no cuFile on the host; workloads bring cuFile in their images
+    (NVIDIA/gpu-operator, tests/fixtures/gpu-operator/README.md), as the verification runtime's
+    kvikio brings its nvidia-cufile wheel. So the cuFile judged is the one the test mapped: it
+    passes when an attempt moved data with it, and says which one it was."""
+    if not ran:
+        return "skip", actual, "Skipped: no I/O attempt ran with cuFile."
+    if lib.get("used") == LIB_UNKNOWN:
+        return "skip", actual, ("Skipped: no libcufile was mapped into the I/O test's process "
+                                "(kvikio did not load cuFile), so which one it used is not "
+                                "shown.")
+    which = (wheel if lib.get("used") == LIB_WHEEL else
+             f"host libcufile {lib.get('host_version') or '?'} ({lib.get('host_path')})"
+             if lib.get("used") == LIB_HOST else ", ".join(lib.get("mapped") or []) or "?")
+    return "pass", actual, (
+        "GPU Operator-managed node: the operator installs no cuFile on the host and workloads "
+        f"bring their own (in their images), so the cuFile judged is the one the I/O test ran "
+        f"with: {which}. A workload image with another cuFile release is not covered by this "
+        "result.")
+
+
 def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route: str | None,
                   delta: dict[str, float] | None, rw_on: bool, evidence: dict[str, Any],
                   common: dict[str, Any]) -> IoTestResult:
@@ -432,8 +477,10 @@ def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route:
             f"{floor} bytes"))
 
     lib = evidence.get("libcufile")
-    if lib is not None and (lib.get("used") in (LIB_WHEEL, LIB_OTHER) or (
-            not lib.get("host_path") and lib.get("used") != LIB_UNKNOWN)):
+    # on an operator-managed node the workloads' cuFile is judged (io.libcufile), not the host's
+    if lib is not None and lib.get("judged") != "workload" and (
+            lib.get("used") in (LIB_WHEEL, LIB_OTHER)
+            or (not lib.get("host_path") and lib.get("used") != LIB_UNKNOWN)):
         return result(PATH_DIRECT, (
             "I/O succeeded with compat mode off, but with libcufile "
             f"{', '.join(lib.get('mapped') or []) or '?'}, not the host's "
@@ -490,13 +537,20 @@ def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route:
                   "proof")
 
 
-def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
-    """Decide the path taken from the remote script's document (pure)."""
-    attempts = [a for a in doc.get("attempts") or [] if isinstance(a, dict)]
+def evaluate(doc: dict[str, Any], *, route: str | None = None,
+             operator: bool = False) -> IoTestResult:
+    """Decide the path taken from the remote script's document (pure). ``operator``: a GPU
+    Operator-managed node, whose workloads bring their own cuFile (no host libcufile): the
+    cuFile the test ran with is the one judged (``libcufile.judged`` "workload")."""
+    # a node's document: every field may be of any type (fuzzed in tests/faults/test_fuzz.py)
+    raw_attempts = doc.get("attempts")
+    attempts = [a for a in raw_attempts if isinstance(a, dict)] if isinstance(
+        raw_attempts, list) else []
     direct = next((a for a in attempts if a.get("mode") == "OFF"), None)
     compat = next((a for a in attempts if a.get("mode") == "ON"), None)
-    size = int(doc.get("size_bytes") or 0)
-    rw = doc.get("rw_stats") or {}
+    size = _whole(doc.get("size_bytes"))
+    rw = doc.get("rw_stats")
+    rw = rw if isinstance(rw, dict) else {}
     rw_on = str(rw.get("during") or "") == "1"
     delta_direct = _stats_delta(doc.get("stats_before"), doc.get("stats_after_direct"))
     delta_compat = _stats_delta(doc.get("stats_after_direct"), doc.get("stats_after_compat"))
@@ -526,6 +580,8 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
         "bytes_needed_mib": size // MIB,
         "libcufile": libcufile_evidence(doc, attempts),
     }
+    if evidence["libcufile"] is not None:
+        evidence["libcufile"]["judged"] = "workload" if operator else "host"
     log = _cufile_log(doc)
     if log is not None:
         evidence["cufile_log"] = log.evidence()
@@ -533,7 +589,7 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None) -> IoTestResult:
         "evidence": evidence,
         "attempts": tuple(_summary(a) for a in attempts),
         "path": doc.get("path"),
-        "duration_s": float(doc.get("duration_s") or 0.0),
+        "duration_s": _number(doc.get("duration_s")) or 0.0,
         "bytes": size,
     }
     if doc.get("status") == "skipped":

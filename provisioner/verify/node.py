@@ -153,7 +153,8 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
             io_result, io_raw = iotest.run_io_test(
                 runner, io_opts, io_path, route=route, runtime=facts.get("verify_runtime"),
                 library_path=iotest.operator_library_path(
-                    op.get("driver_root") if op.get("managed") else None))
+                    op.get("driver_root") if op.get("managed") else None),
+                operator=bool(op.get("managed")))
             raw["io_test"] = io_raw[-20000:]
         gdsio_result: GdsioResult | None = None
         gdsio_check: CheckResult | None = None

@@ -8,8 +8,9 @@ it claims can exist on that node:
 * any proof: the gather saw an NVIDIA GPU (driver loaded, or a GPU listed);
 * ``nvfs_counters``: nvidia-fs is loaded (its counters cannot move without it);
 * ``cufile_log`` with P2PDMA markers: the P2PDMA prerequisites (the kernel's
-  ``p2pdma_pgmap_ops``, cufile.json ``properties.use_pci_p2pdma`` true and
-  ``block.nvme.use_pci_p2pdma`` not false: :func:`provisioner.verify.checks.route_evidence`);
+  ``p2pdma_pgmap_ops`` or ``pci_p2pdma_add_resource``, cufile.json
+  ``properties.use_pci_p2pdma`` true and ``block.nvme.use_pci_p2pdma`` not false:
+  :func:`provisioner.verify.checks.route_evidence`);
 * ``cufile_log`` with nvidia-fs markers: nvidia-fs is loaded.
 
 This is the one place the rule lives: ``verify`` applies it to every node (io.direct_path and
@@ -57,7 +58,7 @@ def disagreement(io: IoTestResult, facts: Mapping[str, Any]) -> str | None:
         mode = log.get("mode") if isinstance(log, Mapping) else None
         if mode == "p2pdma" and not _checks.route_evidence(dict(facts))["p2pdma"]:
             why.append("cuFile's log shows P2PDMA I/O but the gather found the P2PDMA "
-                       "prerequisites missing (kernel p2pdma_pgmap_ops, cufile.json "
+                       "prerequisites missing (kernel P2PDMA symbols, cufile.json "
                        "properties.use_pci_p2pdma)")
         elif mode != "p2pdma" and not _nvfs_loaded(facts):
             why.append(f"cuFile's log shows {mode or 'direct'} I/O but the gather found "

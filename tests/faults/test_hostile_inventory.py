@@ -169,3 +169,55 @@ def test_weakening_options_are_recognised(args: str, weak: list[str]) -> None:
     from provisioner.inventory import weakening_ssh_options
 
     assert weakening_ssh_options(args) == weak
+
+
+# ============================================================ issue 27, item 11
+@pytest.mark.parametrize(("text", "var"), [
+    ('"node02": {ansible_host: "127.0.0.1\\n"}', "ansible_host"),
+    ('"node02": {ansible_host: "-oProxyJump"}', "ansible_host"),
+    ('"node02": {ansible_host: "-1"}', "ansible_host"),
+    ('"node02": {ansible_host: 127.0.0.1, ansible_user: "root\\n"}', "ansible_user"),
+    ('"node02\\n": {ansible_host: 127.0.0.1}', "inventory_hostname"),
+    ('"node02": {ansible_host: 127.0.0.1, ansible_ssh_executable: /tmp/sshwrap}',
+     "ansible_ssh_executable"),
+    ('"node02": {ansible_host: 127.0.0.1, ansible_scp_executable: /tmp/scpwrap}',
+     "ansible_scp_executable"),
+    ('"node02": {ansible_host: 127.0.0.1, ansible_sftp_executable: /tmp/sftpwrap}',
+     "ansible_sftp_executable"),
+], ids=["host-newline", "host-dash-option", "host-dash", "user-newline", "name-newline",
+        "ssh-executable", "scp-executable", "sftp-executable"])
+@pytest.mark.parametrize("command", ["plan", "rollout"])
+def test_27_11_inventory_value_is_refused_naming_host_and_variable(
+        lab: dict[str, Path], capsys: pytest.CaptureFixture[str], text: str, var: str,
+        command: str) -> None:
+    """Issue 27 item 11: a trailing newline in a host name, ansible_host or ansible_user (the
+    checks used ``$``, which matches before a final newline), an ansible_host starting with
+    ``-`` (ssh reads it as an option) and ``ansible_*_executable`` (a wrapper that adds
+    ``-o StrictHostKeyChecking=no`` ran the playbook on a host in no known_hosts) are refused
+    before anything runs, naming the host and the variable. Before: each passed plan."""
+    (lab["inv"] / "hosts.ini").unlink()
+    (lab["inv"] / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n"
+        "        node01: {ansible_host: 127.0.0.1}\n"
+        f"        {text}\n")
+    argv = _plan(lab) if command == "plan" else _rollout(lab)
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE, err
+    assert "node02" in err and var in err, err
+    assert "Traceback" not in err
+    assert not lab["ledger"].exists()
+    assert not (lab["tmp"] / "runner").exists()
+
+
+@pytest.mark.parametrize("var", ["ANSIBLE_SSH_EXECUTABLE", "ANSIBLE_SCP_EXECUTABLE",
+                                 "ANSIBLE_SFTP_EXECUTABLE"])
+def test_27_11_executable_in_the_environment_is_refused_by_rollout(
+        lab: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, var: str) -> None:
+    """Issue 27 item 11, the environment's spelling of the same variables."""
+    monkeypatch.setenv(var, "/tmp/wrapper")
+    assert main(_rollout(lab)) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert var in err and "host-key" in err, err
+    assert not lab["ledger"].exists()

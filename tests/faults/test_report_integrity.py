@@ -252,13 +252,14 @@ def test_8_nan_and_infinity_become_null_in_json_and_a_dash_in_the_table(
 
 def test_8_the_io_test_document_never_yields_a_non_finite_figure() -> None:
     """Item 8, at the source: NaN/Infinity constants in the node's I/O document read as
-    null, and a time so small that the throughput overflows gives no figure."""
+    null, and a time so small that the throughput overflows (or an integer too large for a
+    float) gives no figure."""
     from provisioner.verify.iotest import evaluate, last_json
 
     line = ('{"status": "ok", "size_bytes": 16777216, "duration_s": NaN, "attempts": ['
             '{"mode": "OFF", "ok": false, "error": "refused"}, {"mode": "ON", "ok": true, '
-            '"verified": true, "write_s": 1e-320, "read_s": -Infinity}], '
-            '"cufile_scope": Infinity}')
+            '"verified": true, "write_s": 1e-320, "read_s": 1' + "0" * 400 + '}], '
+            '"cufile_scope": Infinity, "stats_before": -Infinity}')
     doc = last_json("noise\n" + line + "\n")
     assert doc is not None
     result = evaluate(doc).to_dict()

@@ -194,3 +194,61 @@ def test_gather_reads_driver_ready_bounded(tmp_path: Path,
     item = gather.operator_driver_ready()
     assert item["rc"] == 0 and len(item["out"]) == gather.OPERATOR_DRIVER_READY_MAX
     assert item["out"].startswith("IS_HOST_DRIVER=true\n")
+
+
+# -- issue 28 item 1: the cuFile an operator node's workloads use --------------------------------
+WHEEL_SO = "/opt/gdsfleet/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcufile.so.0"
+
+
+def _wheel_only_io() -> dict[str, Any]:
+    """The I/O document of an operator node: the host has no libcufile (the operator installs
+    none), kvikio maps the runtime's nvidia-cufile wheel, nvidia-fs counters prove the path."""
+    doc = nf.direct_nvfs_io()
+    doc["libcufile"] = {"host": {"path": None, "real": None, "source": None, "version": None},
+                        "wheel": {"distribution": "nvidia-cufile", "version": "1.15.1.6",
+                                  "path": WHEEL_SO},
+                        "prefer_host": True}
+    for att in doc["attempts"]:
+        att["libcufile_preload"] = {"path": None, "error": "no host libcufile"}
+        att["libcufile_mapped"] = [WHEEL_SO]
+    return doc
+
+
+def _verify(gather_doc: dict[str, Any]) -> Any:
+    from provisioner.verify import IoTestOptions, verify_node
+    from tests.unit.test_checks_report_schema import ScriptedRunner
+
+    return verify_node(ScriptedRunner(gather_doc, _wheel_only_io()), "gpu-01", Policy.default(),
+                       IoTestOptions())
+
+
+def test_operator_node_judges_the_workloads_cufile_and_is_compliant() -> None:
+    report = _verify(operator_doc())
+    by_id = {c.id: c for c in report.checks}
+    assert report.facts["operator"]["managed"] is True
+    assert report.io_test.evidence["proof"] == "nvfs_counters", report.io_test.reason
+    assert report.io_test.evidence["libcufile"]["judged"] == "workload"
+    lib = by_id["io.libcufile"]
+    assert lib.status == "pass", lib
+    # it says which cuFile was judged
+    assert "nvidia-cufile 1.15.1.6" in lib.message and "operator" in lib.expected.lower()
+    assert by_id["io.direct_path"].status == "pass"
+    assert report.compliant, [c for c in report.checks if c.status == "fail"]
+    # what the issue saw downstream: the NFD label said compliant=false
+    from datetime import datetime, timezone
+
+    from provisioner.verify import nfd
+
+    labels = nfd.labels(report.to_dict(), datetime(2026, 11, 26, tzinfo=timezone.utc))
+    assert labels[f"{nfd.LABEL_NS}/compliant"] == "true"
+    assert labels[f"{nfd.LABEL_NS}/operator-managed"] == "true"
+
+
+def test_host_install_without_host_libcufile_still_fails_on_the_wheel() -> None:
+    # the same I/O on a host install (no operator marks): the wheel proves nothing for the
+    # host's DeepSpeed/gdsio, as before
+    report = _verify(operator_doc(validations=None, driver_root=None))
+    by_id = {c.id: c for c in report.checks}
+    assert by_id["io.libcufile"].status == "fail"
+    assert report.io_test.evidence["proof"] is None
+    assert not report.compliant

@@ -141,3 +141,28 @@ def test_route_evidence_accepts_properties_only() -> None:
     doc["items"]["cufile_json"]["out"] = (
         '{"properties": {"use_pci_p2pdma": true}, "block": {"nvme": {"use_pci_p2pdma": false}}}')
     assert checks.determine_route(build_facts(doc)) != "p2pdma"
+
+
+def test_kernel_p2pdma_without_kallsyms_all_is_seen_by_the_exported_function() -> None:
+    # issue 28 item 8: p2pdma_pgmap_ops is a data symbol, in /proc/kallsyms only with
+    # CONFIG_KALLSYMS_ALL; pci_p2pdma_add_resource is exported (EXPORT_SYMBOL_GPL,
+    # drivers/pci/p2pdma.c) and listed whenever CONFIG_PCI_P2PDMA is set
+    doc = nf.gather_doc(route="p2pdma")
+    doc["items"]["kallsyms"] = {"rc": 0, "err": "",
+                                "out": "ffffffff81a2b3c0 T pci_p2pdma_add_resource"}
+    facts = build_facts(doc)
+    assert facts["kallsyms"]["p2pdma"] is True
+    assert checks.route_evidence(facts)["p2pdma"] is True
+    io = iotest.evaluate(nf.direct_p2pdma_io(), route="p2pdma")
+    route, results, compliant = checks.evaluate(facts, io, Policy(expected_route="p2pdma"),
+                                                route="p2pdma", io_path="/mnt/gds")
+    by_id = {c.id: c for c in results}
+    assert by_id["p2pdma.kernel"].status == "pass"
+    assert by_id["p2pdma.kernel"].observed == "pci_p2pdma_add_resource"
+    assert compliant, [c for c in results if c.status == "fail"]
+    # neither symbol: still a failure
+    doc["items"]["kallsyms"] = {"rc": 0, "err": "", "out": ""}
+    facts = build_facts(doc)
+    _, results, _ = checks.evaluate(facts, io, Policy(expected_route="p2pdma"),
+                                    route="p2pdma", io_path="/mnt/gds")
+    assert next(c for c in results if c.id == "p2pdma.kernel").status == "fail"

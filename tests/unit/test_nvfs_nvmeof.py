@@ -104,5 +104,6 @@ def test_an_rdma_mount_over_a_patched_nvme_rdma_passes() -> None:
 def test_a_local_mount_needs_only_the_local_symbol() -> None:
     res = _patched([LOCAL], topo="topology-pcie-md.json")
     assert res.status == "pass", res
-    assert res.expected == "nvme_v1/v2_register_nvfs_dma_ops in kallsyms"
+    # nvidia-fs 2.26.6 on a 6.1 kernel looks up the v1 name (nvfs_lookup)
+    assert res.expected == "nvme_v1_register_nvfs_dma_ops in kallsyms"
     assert _patched([RDMA], topo="topology-pcie-md.json").status == "fail"

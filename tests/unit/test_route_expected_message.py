@@ -30,7 +30,7 @@ def test_h100_with_only_libcufile_is_told_what_is_missing() -> None:
     assert "A GDS stack is installed" not in res.message
     assert res.message.startswith("No direct GDS route on this node: ")
     for gap in ("nvidia_fs is not loaded (no nvidia-fs installed)",
-                "the kernel has no PCI P2PDMA (no p2pdma_pgmap_ops)",
+                "the kernel has no PCI P2PDMA (no p2pdma_pgmap_ops, no pci_p2pdma_add_resource)",
                 "gdscheck (gds-tools) is not installed"):
         assert gap in res.message, (gap, res.message)
     assert "Present: libcufile, cufile.json, so cuFile runs in compat mode only" in res.message

@@ -47,6 +47,7 @@ from typing import Any
 
 from provisioner.errors import UsageError
 from provisioner.interrupts import requested as _requested
+from provisioner.rollout.events import shard_limits
 from provisioner.rollout.executors.nodes import (  # noqa: F401 - importable from here too
     DEFAULT_RUNNER,
     DEFAULT_WORKDIR,
@@ -412,8 +413,16 @@ class SshExecutor:
                      else Path(tempfile.mkdtemp(prefix="gdsfleet-proc-", dir=self._tmp)))
             event_log = EventLog(local / "artifacts" / ident / "events.jsonl") \
                 if private_data_dir else None
-            collector = EventCollector(shard, on_host_event, sink=event_log)
             proc: subprocess.Popen[bytes] | None = None
+            reader: _BoundedReader | None = None
+
+            def cut(_reason: str) -> None:
+                # past a bound on what the worker sends: its stream is cut here and now
+                if proc is not None and proc.poll() is None:
+                    _kill(proc)
+
+            collector = EventCollector(shard, on_host_event, sink=event_log,
+                                       limits=shard_limits(len(shard)), on_overflow=cut)
             worker_status: list[str] = []
             stderr_tail = b""
             rc: int | None = None
@@ -483,8 +492,9 @@ class SshExecutor:
                 def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
                     worker_status.append(str(data.get("status", ""))[:32])
 
+                reader = _BoundedReader(proc.stdout)
                 ansible_runner.run(
-                    streamer="process", _input=_BoundedReader(proc.stdout),
+                    streamer="process", _input=reader,
                     private_data_dir=str(local), ident=ident, quiet=True,
                     event_handler=collector.handle, status_handler=on_status,
                     settings={"suppress_output_file": True},
@@ -525,7 +535,14 @@ class SshExecutor:
                 "successful", "failed", "timeout", "canceled")
             error = None
             why = _shown(stderr_tail)
-            if not collector.saw_stats and not worker_ran:
+            if reader is not None and reader.refused:
+                why = f"its stream was refused: {reader.refused}" + (f"; {why}" if why else "")
+            if collector.overflow is not None:
+                msg = (f"execution node {node.name} sent {collector.overflow}; its stream was "
+                       f"cut and the shard is lost")
+                outcomes = {h: HostOutcome(h, HostStatus.LOST, message=msg) for h in shard}
+                state = "lost"
+            elif not collector.saw_stats and not worker_ran:
                 # the execution node never started the job: not the hosts' failure
                 msg = (f"execution node {node.name} did not run the job (ssh rc={rc}"
                        + (f": {why}" if why else "") + ")")
@@ -564,7 +581,10 @@ class SshExecutor:
             counts: dict[str, int] = {}
             for o in outcomes.values():
                 counts[o.status.value] = counts.get(o.status.value, 0) + 1
-            self.mark(record, state, ssh_rc=rc, outcomes=counts)
+            if collector.overflow is not None:
+                self.mark(record, state, ssh_rc=rc, outcomes=counts, reason=collector.overflow)
+            else:
+                self.mark(record, state, ssh_rc=rc, outcomes=counts)
             final = worker_status[-1] if worker_status else "error"
             return PlaybookResult(str(playbook), rc, final if collector.saw_stats else "error",
                                   outcomes, error=error)

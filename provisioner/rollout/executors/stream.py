@@ -19,31 +19,56 @@ MAX_LINE = 16 << 20  # longest line of a worker's stream (an event, a status)
 
 
 class _BoundedReader:
-    """ssh's stdout for ansible-runner's Processor.
+    """ssh's stdout for ansible-runner's Processor: every line is judged on the JSON object it
+    parses to, exactly as the Processor will parse it, never on a byte prefix.
 
-    A line longer than MAX_LINE is cut (the Processor then fails to parse it and stops: the
-    shard's hosts become lost). The worker's artifacts archive (a ``{"zipfile": N}`` line, then
-    N bytes base64-encoded, with no line break) is skipped here, never unpacked: ansible-runner
-    2.4.3's ``unstream_dir`` recreates the archive's symbolic links and then extracts through
-    them, so an execution node could write anywhere the coordinator can; and gdsfleet needs
-    only the events, which it keeps itself."""
+    - A line longer than MAX_LINE, a JSON value that is not an object, or an archive header
+      whose length is not a whole number ends the stream with :attr:`refused` saying why (the
+      Processor then reports an error and the shard's hosts become lost).
+    - The worker's artifacts archive (an object with a ``zipfile`` key, then that many bytes
+      base64-encoded, with no line break) is skipped here, never unpacked, whatever the line
+      looks like (a leading blank, ``\\u007aipfile``, other keys beside it): ansible-runner
+      2.4.3's ``unstream_dir`` recreates the archive's symbolic links and then extracts through
+      them, so an execution node could write anywhere the coordinator can; and gdsfleet needs
+      only the events, which it keeps itself.
+    """
 
     def __init__(self, raw: Any) -> None:
         self._raw = raw
         self.skipped_archives = 0
+        self.refused: str | None = None  # why the stream was ended here, if it was
+
+    def _refuse(self, why: str) -> bytes:
+        # not JSON: the Processor stops with "Failed to JSON parse a line" and this text
+        self.refused = why
+        return b"gdsfleet refused the worker stream: " + why.encode() + b"\n"
 
     def readline(self, size: int = -1) -> bytes:
+        if self.refused is not None:
+            return b""
         while True:
             line = bytes(self._raw.readline(MAX_LINE))
-            if not line.startswith(b'{"zipfile"'):
+            if not line:
                 return line
+            if len(line) >= MAX_LINE and not line.endswith(b"\n"):
+                return self._refuse(f"a line longer than {MAX_LINE} bytes")
             try:
-                length = int(json.loads(line)["zipfile"])
-            except (ValueError, KeyError, TypeError):
-                return line  # the Processor reports it
-            if length < 0:
-                return b""
-            remaining = 4 * ((length + 2) // 3)  # base64 of length bytes, no padding lost
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                return line  # the Processor reports it, with the line's start
+            except ValueError:  # the Processor would raise it (it catches JSONDecodeError)
+                return self._refuse("a line that is not UTF-8")
+            except RecursionError:
+                return self._refuse("a JSON value nested too deeply")
+            if not isinstance(data, dict):
+                # the Processor would test `in` on a list or a string ("zipfile" in "...")
+                return self._refuse(f"a JSON {type(data).__name__}, not an object")
+            if "zipfile" not in data:
+                return line
+            length = data["zipfile"]
+            if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+                return self._refuse("an artifacts archive without a valid length")
+            remaining = 4 * ((length + 2) // 3)  # base64 of length bytes, with its padding
             while remaining > 0:
                 chunk = self._raw.read(min(remaining, 1 << 20))
                 if not chunk:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.verify.parsers.driver import version_tuple
+from provisioner.verify.parsers.gdscheck import classify_nvme
 from provisioner.verify.policy import Policy
 
 DIRECT_ROUTES = ("nvfs", "p2pdma")
@@ -23,6 +24,14 @@ def gc_nvme(facts: dict[str, Any]) -> dict[str, Any] | None:
     """gdscheck's parsed NVMe line (DRIVER CONFIGURATION), None without one."""
     parsed = (facts.get("gdscheck") or {}).get("parsed") or {}
     nvme = parsed.get("nvme")
+    if isinstance(nvme, dict) and not nvme.get("direct"):
+        # a fabric-only node: nvidia-fs registered with the GDS-patched nvme-rdma only, so
+        # gdscheck's NVMe line is not direct but its NVMeOF line is (the nvfs route)
+        driver = parsed.get("driver") or {}
+        of = next((str(v) for k, v in driver.items() if str(k).lower() == "nvmeof"), "")
+        if of and classify_nvme(of).route == "nvfs":  # "Supported", or 1.16's "nvfs, compat"
+            return {**nvme, "raw": f"{nvme.get('raw')}; NVMeOF : {of.strip()}", "direct": True,
+                    "route": "nvfs", "via": "nvmeof"}
     return nvme if isinstance(nvme, dict) else None
 
 
@@ -59,7 +68,7 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
         "nvfs": bool(nvfs.get("loaded") and (ks.get("nvfs_dma_ops")
                                              or ks.get("nvfs_rdma_dma_ops"))),
         "p2pdma": bool(
-            ks.get("p2pdma_pgmap_ops") and cf.get("use_pci_p2pdma")
+            (ks.get("p2pdma") or ks.get("p2pdma_pgmap_ops")) and cf.get("use_pci_p2pdma")
             and not block_nvme_p2pdma_off(cf)
         ),
         "gdscheck": (gc_nvme(facts) or {}).get("route"),

@@ -85,32 +85,51 @@ def version(ctx: Context) -> CheckResult:
 @check("nvfs.nvme.patched", "GDS-patched nvme driver for the mount's transport",
        targets=NOT_P2PDMA, off_target=OFF_P2PDMA)
 def nvme_patched(ctx: Context) -> CheckResult:
-    """The nvme driver nvidia-fs registers with is the GDS-patched one, for the transport under
-    the GDS mount: nvme_v1/v2_register_nvfs_dma_ops for local PCIe NVMe,
-    nvme_rdma_v1_register_nvfs_dma_ops for NVMe-oF over RDMA (NVIDIA/gds-nvidia-fs
-    src/nvfs-dma.c). With no mount or no visible controller, the local one is required."""
+    """The nvme driver exports the registration name the LOADED nvidia-fs looks up, for the
+    transport under the GDS mount: nvme_v1_register_nvfs_dma_ops, or nvme_v2_... for nvidia-fs
+    2.28.2+ built on a 6.17+ kernel, for local PCIe NVMe; nvme_rdma_v1_register_nvfs_dma_ops for
+    NVMe-oF over RDMA (NVIDIA/gds-nvidia-fs src/nvfs-dma.c, modules_list). A driver exporting
+    the other nvme name never registers: I/O goes through the CPU (NVIDIA/gds-nvidia-fs#87).
+    With no mount or no visible controller, the local one is required."""
     cid = "nvfs.nvme.patched"
     ks = ctx.f.get("kallsyms") or {}
     m = gds_mount(ctx)
     kinds = {p["transport"] for p in mount_paths(ctx, m)} if m else set()
     need_local = not kinds or bool(kinds - {"rdma"})
     need_rdma = "rdma" in kinds
-    local_sym, rdma_sym = ("nvme_v1/v2_register_nvfs_dma_ops",
-                           "nvme_rdma_v1_register_nvfs_dma_ops")
+    lookup = ks.get("nvfs_lookup") or {}
+    wanted = lookup.get("symbol")
+    exported = list(ks.get("nvme_register_symbols")
+                    or ([ks["nvfs_dma_ops"]] if ks.get("nvfs_dma_ops") else []))
+    rdma_sym = "nvme_rdma_v1_register_nvfs_dma_ops"
+    local_sym = wanted or "nvme_v1/v2_register_nvfs_dma_ops"
     expected = (f"{local_sym} and {rdma_sym}" if need_local and need_rdma else
                 f"{rdma_sym} (NVMe-oF mount)" if need_rdma else local_sym) + " in kallsyms"
-    local, rdma = ks.get("nvfs_dma_ops"), ks.get("nvfs_rdma_dma_ops")
-    missing = ([] if local or not need_local else ["local"]) + (
+    local_ok = (wanted in exported) if wanted else bool(exported)
+    rdma = ks.get("nvfs_rdma_dma_ops")
+    missing = ([] if local_ok or not need_local else ["local"]) + (
         [] if rdma or not need_rdma else ["rdma"])
-    observed = ", ".join(str(x) for x in (local if need_local else None,
-                                           rdma if need_rdma else None) if x)
+    observed = ", ".join(x for x in ((", ".join(exported) if need_local else None),
+                                      rdma if need_rdma else None) if x)
     if not missing:
         return CheckResult(cid, PASS, expected, observed,
                            "The NVMe driver" + (" for NVMe-oF (nvme-rdma)" if need_rdma else "")
-                           + " is the GDS-patched one (MOFED/DOCA).")
+                           + " is the GDS-patched one (MOFED/DOCA)"
+                           + (f" and exports {wanted}, the name the loaded nvidia-fs looks up "
+                              f"({lookup.get('basis')})." if wanted and need_local else "."))
     if not ks.get("readable", True):
         return CheckResult(cid, WARN, expected, "/proc/kallsyms unreadable",
                            "Could not read /proc/kallsyms.")
+    if "local" in missing and exported:
+        other = ", ".join(exported)
+        return CheckResult(cid, FAIL, expected, f"{other} (not {wanted})",
+                           f"Name mismatch: the loaded nvidia-fs looks up {wanted} "
+                           f"({lookup.get('basis')}), but the nvme driver exports {other}, so "
+                           "nvme never registers with nvidia-fs and reads and writes go "
+                           "through the CPU without an error (NVIDIA/gds-nvidia-fs#87). Install "
+                           "an nvidia-fs and a DOCA/MLNX_OFED mlnx-nvme-dkms built for the same "
+                           "registration name (both v1, or both v2 on kernels 6.17+ with "
+                           "nvidia-fs 2.28.2+), reload them (or reboot) and verify again.")
     if missing == ["local"]:
         return CheckResult(cid, FAIL, expected, "absent",
                            "The loaded nvme driver is not GDS-patched, so local NVMe I/O can only "

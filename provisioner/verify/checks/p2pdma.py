@@ -18,10 +18,13 @@ def _machine(ctx: Context) -> str:
 
 @check("p2pdma.kernel", "kernel PCI P2PDMA", targets=P2PDMA_ONLY, off_target=OFF_ROUTE)
 def kernel(ctx: Context) -> CheckResult:
-    if (ctx.f.get("kallsyms") or {}).get("p2pdma_pgmap_ops"):
-        return CheckResult("p2pdma.kernel", PASS, "p2pdma_pgmap_ops in kallsyms", "present",
+    ks = ctx.f.get("kallsyms") or {}
+    expected = "p2pdma_pgmap_ops or pci_p2pdma_add_resource in kallsyms"
+    if ks.get("p2pdma") or ks.get("p2pdma_pgmap_ops"):
+        return CheckResult("p2pdma.kernel", PASS, expected,
+                           str(ks.get("p2pdma_symbol") or "p2pdma_pgmap_ops"),
                            "The kernel has PCI P2PDMA.")
-    return CheckResult("p2pdma.kernel", FAIL, "p2pdma_pgmap_ops in kallsyms", "absent",
+    return CheckResult("p2pdma.kernel", FAIL, expected, "absent",
                        "The kernel lacks PCI P2PDMA: boot a kernel with CONFIG_PCI_P2PDMA (Ubuntu "
                        ">= 6.2) or use the nvfs route.")
 
@@ -176,7 +179,7 @@ def cufile(ctx: Context) -> CheckResult:
     cf = ctx.f.get("cufile") or {}
     if ctx.target != "p2pdma":
         block = cf.get("block_nvme_use_pci_p2pdma")
-        if block and not ks.get("p2pdma_pgmap_ops"):
+        if block and not (ks.get("p2pdma") or ks.get("p2pdma_pgmap_ops")):
             return CheckResult(cid, FAIL, "block.nvme.use_pci_p2pdma false off p2pdma",
                                "true without kernel P2PDMA",
                                "block.nvme.use_pci_p2pdma is true but the kernel has no P2PDMA: "

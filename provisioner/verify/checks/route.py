@@ -29,8 +29,13 @@ def compat_gap(ctx: Context) -> str:
     elif not (ks.get("nvfs_dma_ops") or ks.get("nvfs_rdma_dma_ops")):
         missing.append("the nvme driver is not GDS-patched "
                        "(no nvme_v1/v2_register_nvfs_dma_ops)")
-    if not ks.get("p2pdma_pgmap_ops"):
-        missing.append("the kernel has no PCI P2PDMA (no p2pdma_pgmap_ops)")
+    elif (want := (ks.get("nvfs_lookup") or {}).get("symbol")) and ks.get(
+            "nvme_register_symbols") and want not in ks["nvme_register_symbols"]:
+        missing.append(f"the nvme driver exports {', '.join(ks['nvme_register_symbols'])} but "
+                       f"the loaded nvidia-fs looks up {want} (NVIDIA/gds-nvidia-fs#87)")
+    if not (ks.get("p2pdma") or ks.get("p2pdma_pgmap_ops")):
+        missing.append("the kernel has no PCI P2PDMA (no p2pdma_pgmap_ops, no "
+                       "pci_p2pdma_add_resource)")
     elif not cf.get("use_pci_p2pdma") or block_nvme_p2pdma_off(cf):
         missing.append("cufile.json does not enable use_pci_p2pdma")
     if not gc.get("found"):

@@ -408,3 +408,40 @@ def test_9_a_node_name_that_is_not_utf8_is_a_usage_error(
         _out, err = capsys.readouterr()
         assert code == Exit.USAGE, (argv, code, err)
         assert "not UTF-8" in err and "\x1b" not in err and "\udcff" not in err, err
+
+
+# ============================================================ found by the fuzzer
+def test_fuzz_found_the_terminal_title_shows_the_run_id_escaped() -> None:
+    """A ledger run id (another writer's) holding escape sequences: the Rich table's title
+    shows them escaped. Before: printed raw (only the rows were escaped)."""
+    import io
+
+    from provisioner.reports.terminal import render
+
+    buf = io.StringIO()
+    render({"run_id": "r\x1b]0;owned\x07\x1c", "nodes": []}, buf, color=True)
+    text = buf.getvalue()
+    assert "\x1b]0;owned" not in text and "\x07" not in text and "\x1c" not in text
+    assert "\\x1b]0;owned" in text
+
+
+def test_fuzz_found_an_integer_past_any_float_renders_everywhere() -> None:
+    """A node's 10**400 (JSON integers have no bound) in its I/O figures: every writer
+    renders, the figure is null in JSON and '-' in the table. Before: OverflowError in the
+    HTML chart and the table, exit 70."""
+    import io
+    from html.parser import HTMLParser
+
+    from provisioner.reports.html import to_html
+    from provisioner.reports.terminal import render
+    from tests.unit.reportsfleet import node
+
+    n = node("gpu-01", gdsio=True)
+    n["io_test"]["write_gbps"] = 10 ** 400
+    doc = {"kind": "verify", "run_id": "r", "nodes": [n]}
+    out = rendered(doc)
+    assert strict_json(out["json"])["nodes"][0]["io_test"]["write_gbps"] is None
+    HTMLParser().feed(to_html(safe_document(doc)))
+    buf = io.StringIO()
+    render(doc, buf, color=False)
+    assert "-/3.25" in buf.getvalue()

@@ -14,11 +14,11 @@ go through ``status``, ``history``, ``report`` (every format) and ``export``. Pr
   NaN/Infinity), ``xml.etree``, ``html.parser``, ``prometheus_client.parser``;
 * every stored run renders (a run ``report`` reads is rendered in every format).
 
-The generator is the standard library's seeded ``random`` (Hypothesis is not a dependency of
-this project): the fast lane runs a fixed seed and a bounded number of examples; a longer run
-is ``GDSFLEET_FUZZ_EXAMPLES=2000 GDSFLEET_FUZZ_SEED=$RANDOM pytest tests/faults/
-test_fuzz_reports.py`` (docs/testing.md). A failing example prints its seed and index, and
-``GDSFLEET_FUZZ_SEED`` with the same count replays it.
+Hypothesis draws each example's seed, and the generators run on a ``random.Random`` of it
+(a node record mutated takes more choices than Hypothesis's buffer holds): the fast lane runs
+the derandomized profile of tests/conftest.py with a bounded number of examples; a longer run
+is ``GDSFLEET_FUZZ_EXAMPLES=2000 GDSFLEET_FUZZ_RANDOM=1 pytest
+tests/faults/test_fuzz_reports.py`` (docs/testing.md). A failure prints its falsifying seed.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from provisioner import redact
@@ -49,7 +51,6 @@ from provisioner.reports.terminal import render
 
 REPO = Path(__file__).resolve().parents[2]
 H100_REPORT = REPO / "docs" / "evidence" / "h100-reports" / "verify-gdsio.json"
-SEED = int(os.environ.get("GDSFLEET_FUZZ_SEED", "27"))
 EXAMPLES = int(os.environ.get("GDSFLEET_FUZZ_EXAMPLES", "0"))  # 0: the fast lane's counts
 
 # what a terminal, an XML or HTML parser or a Prometheus line reader acts on
@@ -74,6 +75,15 @@ def _private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     redact.forget_all()
     yield
     redact.forget_all()
+
+
+# Hypothesis draws each example's seed; the generators below make thousands of choices per
+# example (a whole node record mutated), more than Hypothesis's own choice buffer holds, so
+# they run on a random.Random of that seed: a failure prints its falsifying seed, which
+# replays it. capsys is read after every command: it carries nothing between examples.
+SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
+_HEALTH = [HealthCheck.large_base_example, HealthCheck.data_too_large, HealthCheck.too_slow,
+           HealthCheck.function_scoped_fixture]
 
 
 def count(fast: int) -> int:
@@ -186,24 +196,21 @@ def check_writers(doc: dict[str, Any], where: str) -> None:
         no_raw_controls(text, f"{where} terminal")
 
 
-def test_fuzz_hostile_node_documents_through_every_report_writer() -> None:
+@settings(max_examples=count(25), suppress_health_check=_HEALTH)
+@given(seed=SEEDS)
+def test_fuzz_hostile_node_documents_through_every_report_writer(seed: int) -> None:
     """Every writer takes any hostile node document: no exception, no raw control character,
     and each output parses with its consumer's parser."""
-    rng = random.Random(SEED)  # noqa: S311 - a reproducible fuzzer, not a secret
-    for i in range(count(25)):
-        nodes = [typed_node(rng) for _ in range(rng.randrange(1, 3))]
-        doc = {"schema_version": 1, "kind": "verify", "run_id": hostile_text(rng),
-               "started_at": hostile_text(rng), "finished_at": None, "fleet": hostile_text(rng),
-               "ledger": None, "policy": None, "nodes": nodes, "summary": {}}
-        if rng.random() < 0.3:  # and the registered secrets of the run
-            redact.forget_all()
-            redact.register_argv([], {"PGPASSWORD": rng.choice(
-                ["fail", "nodes", "s3cr3t-value", hostile_text(rng)])})
-        try:
-            check_writers(doc, f"seed {SEED} example {i}")
-        except BaseException:
-            print(f"fuzz: seed {SEED} example {i} failed")
-            raise
+    rng = random.Random(seed)  # noqa: S311 - a reproducible fuzzer, not a secret
+    nodes = [typed_node(rng) for _ in range(rng.randrange(1, 3))]
+    doc = {"schema_version": 1, "kind": "verify", "run_id": hostile_text(rng),
+           "started_at": hostile_text(rng), "finished_at": None, "fleet": hostile_text(rng),
+           "ledger": None, "policy": None, "nodes": nodes, "summary": {}}
+    if rng.random() < 0.3:  # and the registered secrets of the run
+        redact.forget_all()
+        redact.register_argv([], {"PGPASSWORD": rng.choice(
+            ["fail", "nodes", "s3cr3t-value", hostile_text(rng)])})
+    check_writers(doc, "example")
 
 
 def hostile_row(rng: random.Random) -> tuple[str, str]:
@@ -236,54 +243,55 @@ def _ledger(tmp_path: Path) -> Path:
     return path
 
 
+@settings(max_examples=count(6), suppress_health_check=_HEALTH)
+@given(seed=SEEDS)
 def test_fuzz_hostile_ledger_rows_through_status_history_report_and_export(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        seed: int, tmp_path_factory: pytest.TempPathFactory,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """Every reader takes any row another writer appended: never exit 70, a row it cannot
     use is exit 74, no raw control character on the terminal, every JSON output strict, and
     a run that ``report`` reads renders in every format (files that parse)."""
-    rng = random.Random(SEED + 1)  # noqa: S311 - a reproducible fuzzer, not a secret
-    for i in range(count(6)):
-        case = tmp_path / f"case{i}"
-        case.mkdir()
-        ledger = _ledger(case)
-        name, text = hostile_row(rng)
-        route = rng.choice(["nvfs", hostile_text(rng), None])
-        with sqlite3.connect(ledger) as conn:
-            # the texts as another writer may store them: their bytes, lone surrogates
-            # included (SQLite keeps text that is not UTF-8)
-            conn.execute(
-                "INSERT INTO verifications (run_id, node, at, reachable, compliant, route, "
-                "path_taken, report_json, raw_json) SELECT run_id, CAST(? AS TEXT), "
-                "at || 'Z', ?, ?, CAST(? AS TEXT), path_taken, CAST(? AS TEXT), raw_json "
-                "FROM verifications WHERE id = 1",
-                (sql_text(name), rng.choice([0, 1]), rng.choice([0, 1]), sql_text(route),
-                 sql_text(text)))
-        prom = case / "prom"
-        prom.mkdir()
-        files = ["--json", str(case / "r.json"), "--junit", str(case / "j.xml"),
-                 "--html", str(case / "r.html"), "--prom-textfile", str(prom)]
-        readers = [["status"], ["status", "--json"], ["history", name],
-                   ["history", name, "--json"], ["report", "latest"],
-                   ["report", "latest", *files], ["export", "deepspeed", "--node", name],
-                   ["export", "env", "--node", name, "--format", "json"]]
-        for argv in readers:
-            where = f"seed {SEED + 1} example {i}: {argv[:2]}"
-            code = main([*argv, "--ledger", str(ledger)])
-            out, err = capsys.readouterr()
-            assert code not in (Exit.INTERNAL, 2), (where, code, err)
-            no_raw_controls(out + err, where)
-            if code == Exit.LEDGER:
-                assert len(err.strip().splitlines()) == 1, (where, err)
-                continue
-            if (argv[-1] == "--json" or argv[-2:] == ["--format", "json"]) and out.strip():
-                strict_json(out)
-            if argv[:2] == ["report", "latest"] and "--json" in argv:
-                assert code == Exit.OK, (where, err)
-                strict_json((case / "r.json").read_text())
-                ET.parse(case / "j.xml")  # noqa: S314 - our own output
-                html = (case / "r.html").read_text()
-                no_raw_controls(html, where)
-                HTMLParser().feed(html)
-                prom_text = (prom / "gdsfleet.prom").read_text()
-                no_raw_controls(prom_text, where)
-                list(text_string_to_metric_families(prom_text))
+    rng = random.Random(seed)  # noqa: S311 - a reproducible fuzzer, not a secret
+    case = tmp_path_factory.mktemp("case")
+    ledger = _ledger(case)
+    name, text = hostile_row(rng)
+    route = rng.choice(["nvfs", hostile_text(rng), None])
+    with sqlite3.connect(ledger) as conn:
+        # the texts as another writer may store them: their bytes, lone surrogates
+        # included (SQLite keeps text that is not UTF-8)
+        conn.execute(
+            "INSERT INTO verifications (run_id, node, at, reachable, compliant, route, "
+            "path_taken, report_json, raw_json) SELECT run_id, CAST(? AS TEXT), "
+            "at || 'Z', ?, ?, CAST(? AS TEXT), path_taken, CAST(? AS TEXT), raw_json "
+            "FROM verifications WHERE id = 1",
+            (sql_text(name), rng.choice([0, 1]), rng.choice([0, 1]), sql_text(route),
+             sql_text(text)))
+    prom = case / "prom"
+    prom.mkdir()
+    files = ["--json", str(case / "r.json"), "--junit", str(case / "j.xml"),
+             "--html", str(case / "r.html"), "--prom-textfile", str(prom)]
+    readers = [["status"], ["status", "--json"], ["history", name],
+               ["history", name, "--json"], ["report", "latest"],
+               ["report", "latest", *files], ["export", "deepspeed", "--node", name],
+               ["export", "env", "--node", name, "--format", "json"]]
+    for argv in readers:
+        where = f"{argv[:2]}"
+        code = main([*argv, "--ledger", str(ledger)])
+        out, err = capsys.readouterr()
+        assert code not in (Exit.INTERNAL, 2), (where, code, err)
+        no_raw_controls(out + err, where)
+        if code == Exit.LEDGER:
+            assert len(err.strip().splitlines()) == 1, (where, err)
+            continue
+        if (argv[-1] == "--json" or argv[-2:] == ["--format", "json"]) and out.strip():
+            strict_json(out)
+        if argv[:2] == ["report", "latest"] and "--json" in argv:
+            assert code == Exit.OK, (where, err)
+            strict_json((case / "r.json").read_text())
+            ET.parse(case / "j.xml")  # noqa: S314 - our own output
+            html = (case / "r.html").read_text()
+            no_raw_controls(html, where)
+            HTMLParser().feed(html)
+            prom_text = (prom / "gdsfleet.prom").read_text()
+            no_raw_controls(prom_text, where)
+            list(text_string_to_metric_families(prom_text))

@@ -345,11 +345,18 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
     if route == "nvfs":
         to_read.append(("nvidia_fs", "nvidia-fs"))
         if check_nvme_symbol:
-            to_read.append(("nvme", "mlnx-nvme" if "mlnx-nvme" in wanted else "the kernel"))
+            to_read.append(("nvme", "mlnx-nvme (DOCA-OFED's GDS-patched nvme, mlnx-nvme-dkms)"))
     to_read.append(("nvidia", "the NVIDIA driver"))
     for mod, owner in to_read:
         path, deps = find_module(mdir, mod)
         if path is None:
+            builtin = _read(os.path.join(mdir, "modules.builtin"), MAX_DEP_BYTES) or ""
+            if any(_modname(x) == mod for x in builtin.split()):
+                res.append(_result(f"module.{mod}", False,
+                                   f"{mod} is built into {kernel} (modules.builtin): a built-in "
+                                   "module cannot be replaced by the GDS-patched one",
+                                   f"use a kernel that builds {mod} as a module"))
+                continue
             res.append(_result(f"module.{mod}", False, f"no {mod}.ko for {kernel} under {mdir}",
                                f"build {owner} for {kernel} (`dkms autoinstall -k {kernel}`) "
                                "or install its kernel module package"))

@@ -436,7 +436,7 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
 
 # --- which kernel boots next -----------------------------------------------------------------
 
-def _kernel_key(release: str) -> tuple:
+def _release_order(release: str) -> tuple:
     return tuple(int(x) for x in re.findall(r"\d+", release)[:12])
 
 
@@ -448,24 +448,29 @@ def _read(path: str, limit: int = 1024 * 1024) -> str | None:
         return None
 
 
-def grub_default(etc: str = "/etc") -> str | None:
-    """GRUB_DEFAULT as grub-mkconfig sees it (/etc/default/grub, then grub.d/*.cfg)."""
+def parse_grub_default(text: str | None) -> str | None:
+    """The last GRUB_DEFAULT= assignment of /etc/default/grub then grub.d/*.cfg (as
+    grub-mkconfig sources them in order)."""
     value = None
-    files = [os.path.join(etc, "default/grub")]
-    files += sorted(glob.glob(os.path.join(etc, "default/grub.d/*.cfg")))
-    for f in files:
-        for line in (_read(f) or "").splitlines():
-            m = re.match(r"^\s*GRUB_DEFAULT=(['\"]?)(.*?)\1\s*$", line)
-            if m:
-                value = m.group(2)
+    for line in (text or "").splitlines():
+        m = re.match(r"^\s*GRUB_DEFAULT=(['\"]?)(.*?)\1\s*$", line)
+        if m:
+            value = m.group(2)[:256]
     return value
 
 
-def saved_entry(grubenv: str) -> str | None:
-    for line in (_read(grubenv, 4096) or "").splitlines():
+def parse_saved_entry(grubenv: str | None) -> str | None:
+    """saved_entry of a grubenv block."""
+    for line in (grubenv or "").splitlines():
         if line.startswith("saved_entry="):
-            return line[len("saved_entry="):].strip() or None
+            return line[len("saved_entry="):].strip()[:512] or None
     return None
+
+
+def grub_default(etc: str = "/etc") -> str | None:
+    files = [os.path.join(etc, "default/grub")]
+    files += sorted(glob.glob(os.path.join(etc, "default/grub.d/*.cfg")))
+    return parse_grub_default("\n".join(_read(f) or "" for f in files))
 
 
 def entry_kernel(entry: str | None, kernels: list[str]) -> str | None:
@@ -489,7 +494,7 @@ def next_boot(boot_dir: str = "/boot", etc: str = "/etc") -> dict:
     except OSError:
         names = []
     kernels = sorted((n[8:] for n in names if n.startswith("vmlinuz-") and len(n) > 8
-                      and not n.endswith((".old", ".bak", ".efi.signed"))), key=_kernel_key)
+                      and not n.endswith((".old", ".bak", ".efi.signed"))), key=_release_order)
     grubby = shutil.which("grubby")
     if grubby:
         try:
@@ -501,7 +506,8 @@ def next_boot(boot_dir: str = "/boot", etc: str = "/etc") -> dict:
             return {"kernel": out.splitlines()[0].rsplit("vmlinuz-", 1)[1].strip(),
                     "source": "grubby --default-kernel", "kernels": kernels}
     if grub_default(etc) == "saved":
-        k = entry_kernel(saved_entry(os.path.join(boot_dir, "grub/grubenv")), kernels)
+        k = entry_kernel(parse_saved_entry(_read(os.path.join(boot_dir, "grub/grubenv"), 4096)),
+                         kernels)
         if k:
             return {"kernel": k, "source": "GRUB saved_entry", "kernels": kernels}
     return {"kernel": kernels[-1] if kernels else None, "source": "newest /boot/vmlinuz-*",

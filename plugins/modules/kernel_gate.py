@@ -71,7 +71,8 @@ EXAMPLES = r"""
 RETURN = r"""
 kernel: {description: The kernel gated., type: str, returned: always}
 running: {description: The running kernel., type: str, returned: always}
-next_boot: {description: The kernel the node boots next (after any protection)., type: str, returned: always}
+next_boot: {description: The kernel the node boots next (after protection)., type: str,
+            returned: always}
 passed: {description: Whether every check passed., type: bool, returned: always}
 results: {description: Each check with ok, reason and fix., type: list, returned: always}
 reason: {description: Why the gate failed (empty when it passed)., type: str, returned: always}
@@ -82,7 +83,6 @@ actions: {description: What protection did (keep_default, hold)., type: list, re
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-
 from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_gate as kg  # noqa: E402
 
 

@@ -25,7 +25,7 @@ def test_table_is_the_changelog_fixture() -> None:
     assert FIXTURE["source"]["path"] == "ChangeLog"
     want = tuple((tuple(int(x) for x in f["kernel"].split(".")), f["nvidia_fs"])
                  for f in FIXTURE["floors"])
-    assert nvfs_kernel.FLOORS == want
+    assert want == nvfs_kernel.FLOORS
     for f in FIXTURE["floors"]:
         assert f["tag"] == "v" + f["nvidia_fs"]
 

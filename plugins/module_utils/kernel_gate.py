@@ -575,7 +575,8 @@ def hold_packages(kernel: str, family: str, runner: Runner = default_runner) -> 
 
 def keep_default(running: str, family: str, runner: Runner = default_runner,
                  boot_dir: str = "/boot", etc: str = "/etc") -> tuple[bool, str]:
-    """Make the running kernel the one the node boots next."""
+    """Make ``running`` (the running kernel, or a kernel that passed the gate) the one the node
+    boots next."""
     if family == "redhat" or shutil.which("grubby"):
         rc, out = _run(["grubby", f"--set-default={boot_dir}/vmlinuz-{running}"], runner)
         return rc == 0, f"grubby --set-default {boot_dir}/vmlinuz-{running}" + (

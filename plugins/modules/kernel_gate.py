@@ -55,6 +55,11 @@ options:
       the default and hold the failing kernel's packages.
     type: bool
     default: false
+  make_default:
+    description: When the gate passes for a kernel the node does not boot next, make it the
+      default boot entry (playbooks/kernel_update.yml). Not in check mode.
+    type: bool
+    default: false
   state_path:
     description: The node's gate state file.
     type: path
@@ -95,6 +100,7 @@ def main() -> None:
             "nvidia_dkms": {"type": "str", "choices": ["auto", "yes", "no"], "default": "auto"},
             "check_nvme_symbol": {"type": "bool", "default": True},
             "protect": {"type": "bool", "default": False},
+            "make_default": {"type": "bool", "default": False},
             "state_path": {"type": "path", "default": kg.STATE_PATH},
         },
         supports_check_mode=True,
@@ -113,6 +119,11 @@ def main() -> None:
     actions = []
     if p["protect"] and not module.check_mode:
         actions = kg.protect(gate, running=running, family=family)
+        nxt = kg.next_boot()
+    if p["make_default"] and gate["passed"] and nxt.get("kernel") != kernel \
+            and not module.check_mode:
+        ok, what = kg.keep_default(kernel, family)
+        actions.append({"action": "make_default", "ok": ok, "detail": what})
         nxt = kg.next_boot()
     changed = bool(actions)
     if not module.check_mode:

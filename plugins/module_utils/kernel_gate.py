@@ -548,14 +548,13 @@ def default_runner(argv: list[str]) -> tuple[int, str]:
     return proc.returncode, (proc.stdout + proc.stderr)[-2000:]
 
 
-def hold_packages(kernel: str, family: str, runner: Runner = default_runner) -> tuple[bool, str]:
-    """Hold the failing kernel's packages (and the meta packages that pull new kernels)."""
+def hold_argv(kernel: str, family: str, runner: Runner = default_runner) -> list[str] | None:
+    """The command that holds the failing kernel's packages (and the installed meta packages
+    that pull new kernels), or None when nothing of it is installed."""
     if family == "redhat":
         specs = [f"{n}-{kernel}" for n in ("kernel", "kernel-core", "kernel-modules",
                                             "kernel-devel")]
-        rc, out = _run(["dnf", "-y", "versionlock", "exclude", *specs], runner)
-        return rc == 0, f"dnf versionlock exclude {' '.join(specs)}" + ("" if rc == 0 else
-                                                                           f": {out.strip()}")
+        return ["dnf", "-y", "versionlock", "exclude", *specs]
     rc, out = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\\n",
                     "linux-image-*", "linux-headers-*", "linux-modules-*", "linux-generic*",
                     "linux-virtual*", "linux-nvidia*"], runner)
@@ -567,10 +566,30 @@ def hold_packages(kernel: str, family: str, runner: Runner = default_runner) -> 
             if kernel in name or not re.search(r"[0-9]+\.[0-9]+\.[0-9]+-", name):
                 pkgs.append(name)
     pkgs = sorted(set(pkgs))[:64]
-    if not pkgs:
+    return ["apt-mark", "hold", *pkgs] if pkgs else None
+
+
+def hold_packages(kernel: str, family: str, runner: Runner = default_runner,
+                  defer: bool = False) -> tuple[bool, str]:
+    """Hold the failing kernel's packages. ``defer`` (the kernel hook, which runs inside the
+    package manager's transaction and its lock): a detached process runs the hold once the
+    package manager lets go (retrying for up to an hour)."""
+    argv = hold_argv(kernel, family, runner)
+    if argv is None:
         return False, f"no installed package of {kernel} found to hold"
-    rc, out = _run(["apt-mark", "hold", *pkgs], runner)
-    return rc == 0, f"apt-mark hold {' '.join(pkgs)}" + ("" if rc == 0 else f": {out.strip()}")
+    text = " ".join(argv)
+    if defer:
+        loop = ('for i in $(seq 360); do "$@" >/dev/null 2>&1 && exit 0; sleep 10; done; '
+                'logger -t gdsfleet-kernel-gate "could not run: $*" 2>/dev/null; exit 1')
+        try:
+            subprocess.Popen(["sh", "-c", loop, "gdsfleet-kernel-gate-hold", *argv],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            return False, f"{text}: {exc}"
+        return True, f"{text} (scheduled: runs once the package manager lets go)"
+    rc, out = _run(argv, runner)
+    return rc == 0, text + ("" if rc == 0 else f": {out.strip()}")
 
 
 def keep_default(running: str, family: str, runner: Runner = default_runner,
@@ -635,7 +654,7 @@ def record(gate: dict, *, running: str, nxt: dict, actions: list[dict],
 
 
 def protect(gate: dict, *, running: str, family: str, runner: Runner = default_runner,
-            boot_dir: str = "/boot", etc: str = "/etc") -> list[dict]:
+            boot_dir: str = "/boot", etc: str = "/etc", defer_hold: bool = False) -> list[dict]:
     """After a failed gate for a kernel other than the running one: keep the running kernel
     the default and hold the failing kernel's packages. Returns what was done."""
     actions: list[dict] = []
@@ -643,7 +662,7 @@ def protect(gate: dict, *, running: str, family: str, runner: Runner = default_r
         return actions
     ok, what = keep_default(running, family, runner, boot_dir, etc)
     actions.append({"action": "keep_default", "ok": ok, "detail": what})
-    ok, what = hold_packages(gate["kernel"], family, runner)
+    ok, what = hold_packages(gate["kernel"], family, runner, defer=defer_hold)
     actions.append({"action": "hold", "ok": ok, "detail": what})
     return actions
 
@@ -687,7 +706,9 @@ def cli(argv: list[str]) -> int:
     except GateError as exc:
         print(f"gdsfleet kernel gate: {exc}")
         return 0
-    actions = protect(gate, running=running, family=family) if args.protect else []
+    # the hook runs inside dpkg/rpm: the package lock is held, so the hold is deferred
+    actions = protect(gate, running=running, family=family,
+                      defer_hold=True) if args.protect else []
     nxt = next_boot()
     record(gate, running=running, nxt=nxt, actions=actions, path=args.state)
     verdict = "PASS" if gate["passed"] else "FAIL"

@@ -365,3 +365,23 @@ def test_state_keeps_a_bounded_history_and_survives_garbage(tmp_path: Path) -> N
                   running=K, nxt={"kernel": K}, actions=[], path=str(state), now="T")
     doc = json.loads(state.read_text())
     assert len(doc["kernels"]) == kg.STATE_MAX_KERNELS and "6.8.0-39-generic" in doc["kernels"]
+
+
+def test_the_hook_defers_the_hold_until_the_package_manager_lets_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside dpkg/rpm the package lock is held: apt-mark/dnf would fail, so the hook's hold
+    runs in a detached process that retries (here: recorded, not run)."""
+    started: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, argv: list[str], **kw: object) -> None:
+            assert kw.get("start_new_session") is True
+            started.append(argv)
+
+    monkeypatch.setattr(kg.subprocess, "Popen", Popen)
+    run = Recorder(tmp_path, dpkg=f"ii  linux-image-{K}\n")
+    ok, what = kg.hold_packages(K, "debian", run, defer=True)
+    assert ok and "scheduled" in what
+    assert started[0][:2] == ["sh", "-c"] and started[0][-3:] == ["apt-mark", "hold",
+                                                                  f"linux-image-{K}"]
+    assert not any(c[0] == "apt-mark" for c in run.calls)  # not run inside the transaction

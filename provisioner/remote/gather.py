@@ -552,7 +552,7 @@ def kernel_gate_items() -> dict:
                 default_lines.append(line.strip()[:512])
     return {
         "kernel_gate_state": read_file(KERNEL_GATE_STATE),
-        "grub_default": {"kind": "probe", "rc": 0, "out": "\n".join(default_lines[-64:]),
+        "grub_default_entry": {"kind": "probe", "rc": 0, "out": "\n".join(default_lines[-64:]),
                          "err": ""},
         "grubenv": read_file("/boot/grub/grubenv"),
     }

@@ -46,7 +46,7 @@ def gate_check(*, state_text: str | None, grub: str = "GRUB_DEFAULT=0",
     items["grubby_default_kernel"] = {"rc": None, "out": "", "err": "not found"}
     items["kernel_gate_state"] = ({"rc": 0, "out": state_text, "err": ""} if state_text
                                   is not None else {"rc": None, "out": "", "err": "missing"})
-    items["grub_default"] = {"rc": 0, "out": grub, "err": ""}
+    items["grub_default_entry"] = {"rc": 0, "out": grub, "err": ""}
     items["grubenv"] = ({"rc": 0, "out": grubenv, "err": ""} if grubenv
                         else {"rc": None, "out": "", "err": "missing"})
     facts = build_facts(doc)
@@ -98,3 +98,12 @@ def test_garbage_state_warns_and_never_crashes() -> None:
         "../etc": {"passed": False}, NEW: {"passed": "no"}, "ok-1": {"passed": True,
                                                                      "reason": "x" * 10**5}}}))
     assert list(doc["kernels"]) == ["ok-1"] and len(doc["kernels"]["ok-1"]["reason"]) == 2000
+
+
+def test_gather_items_do_not_overwrite_another_blocks() -> None:
+    """gather.py merges every block's items into one dict: a name taken twice loses one."""
+    from provisioner.remote import gather
+
+    mine = set(gather.kernel_gate_items())
+    assert not mine & set(gather.boot_args_items())
+    assert mine == {"kernel_gate_state", "grub_default_entry", "grubenv"}

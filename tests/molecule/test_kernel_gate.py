@@ -248,10 +248,11 @@ def test_an_unattended_kernel_install_through_the_hook_keeps_the_default(
     assert node.exec("test -x /etc/kernel/postinst.d/zzz-gdsfleet-kernel-gate", check=False
                      ).returncode == 0
     # as unattended-upgrades would: a kernel, no headers, no gdsfleet
-    node.install_repo(standin_repo, doca=False)
+    node.exec("apt-get update -qq")  # the repositories the roles configured
     out = node.apt_install(f"linux-image-{nxt}")
     assert f"gdsfleet kernel gate: FAIL for kernel {nxt}" in out.stdout, out.stdout[-3000:]
-    assert saved_entry(node) == f"gnulinux-advanced-UUID>gnulinux-{kernel}-advanced-UUID"
+    assert saved_entry(node) == f"gnulinux-advanced-UUID>gnulinux-{kernel}-advanced-UUID", \
+        out.stdout[-3000:]
     doc = state(node)
     assert doc["next_boot"] == kernel and doc["kernels"][nxt]["passed"] is False
     for _ in range(30):  # the hold runs once apt lets go of the dpkg lock

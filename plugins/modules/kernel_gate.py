@@ -23,7 +23,7 @@ description:
     grub-set-default on Debian/Ubuntu) and holds the failing kernel's packages (apt-mark hold;
     dnf versionlock exclude). Nothing is changed in check mode.
   - Records the result in I(state_path) (not in check mode), which C(provisioner verify) reads.
-  - Never fails by itself: the result says C(passed) with the reason and the fix.
+  - Never fails by itself; the result says C(passed) with the reason and the fix.
 version_added: 0.1.0
 author: gdsfleet developers (@gdsfleet)
 options:
@@ -74,15 +74,46 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-kernel: {description: The kernel gated., type: str, returned: always}
-running: {description: The running kernel., type: str, returned: always}
-next_boot: {description: The kernel the node boots next (after protection)., type: str,
-            returned: always}
-passed: {description: Whether every check passed., type: bool, returned: always}
-results: {description: Each check with ok, reason and fix., type: list, returned: always}
-reason: {description: Why the gate failed (empty when it passed)., type: str, returned: always}
-fix: {description: What to do (empty when it passed)., type: str, returned: always}
-actions: {description: What protection did (keep_default, hold)., type: list, returned: always}
+kernel:
+  description: The kernel gated.
+  type: str
+  returned: always
+running:
+  description: The running kernel.
+  type: str
+  returned: always
+next_boot:
+  description: The kernel the node boots next (after any protection).
+  type: str
+  returned: always
+next_boot_source:
+  description: How the next boot was found (grubby, GRUB saved_entry, newest vmlinuz).
+  type: str
+  returned: always
+route:
+  description: The route the kernel was gated for.
+  type: str
+  returned: always
+passed:
+  description: Whether every check passed.
+  type: bool
+  returned: always
+results:
+  description: Each check - check, ok, reason, fix.
+  type: list
+  returned: always
+reason:
+  description: Why the gate failed (empty when it passed).
+  type: str
+  returned: always
+fix:
+  description: What to do (empty when it passed).
+  type: str
+  returned: always
+actions:
+  description: What protection did - action (keep_default, hold, make_default), ok, detail.
+  type: list
+  returned: always
 """
 
 import os  # noqa: E402

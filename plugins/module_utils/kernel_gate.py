@@ -376,7 +376,7 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
                            f"{kernel}`) and run depmod {kernel}"))
 
     if route == "nvfs" and check_nvme_symbol and "nvidia_fs" in mods and "nvme" in mods:
-        nvfs_path, nvfs_elf, _ = mods["nvidia_fs"]
+        nvfs_path, nvfs_elf = mods["nvidia_fs"][:2]
         nvme_path, nvme_elf, nvme_deps = mods["nvme"]
         looks = nvme_lookups(nvfs_elf)
         exported = {s for s in exported_symbols(nvme_elf) if NVME_SYMBOL_RE.fullmatch(s)}
@@ -552,9 +552,8 @@ def hold_argv(kernel: str, family: str, runner: Runner = default_runner) -> list
     """The command that holds the failing kernel's packages (and the installed meta packages
     that pull new kernels), or None when nothing of it is installed."""
     if family == "redhat":
-        specs = [f"{n}-{kernel}" for n in ("kernel", "kernel-core", "kernel-modules",
-                                            "kernel-devel")]
-        return ["dnf", "-y", "versionlock", "exclude", *specs]
+        names = ("kernel", "kernel-core", "kernel-modules", "kernel-devel")
+        return ["dnf", "-y", "versionlock", "exclude", *(f"{n}-{kernel}" for n in names)]
     rc, out = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\\n",
                     "linux-image-*", "linux-headers-*", "linux-modules-*", "linux-generic*",
                     "linux-virtual*", "linux-nvidia*"], runner)
@@ -685,6 +684,10 @@ def dkms_status() -> str | None:
         return None
 
 
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
 def cli(argv: list[str]) -> int:
     """The kernel hook's entry point: gate one kernel; with --protect keep the running kernel
     the default and hold the failing one; always record the result. Exit 0 (a hook must not
@@ -704,7 +707,7 @@ def cli(argv: list[str]) -> int:
     try:
         gate = evaluate(kernel, dkms_text=dkms_status(), route=args.route, family=family)
     except GateError as exc:
-        print(f"gdsfleet kernel gate: {exc}")
+        _say(f"gdsfleet kernel gate: {exc}")
         return 0
     # the hook runs inside dpkg/rpm: the package lock is held, so the hold is deferred
     actions = protect(gate, running=running, family=family,
@@ -712,14 +715,14 @@ def cli(argv: list[str]) -> int:
     nxt = next_boot()
     record(gate, running=running, nxt=nxt, actions=actions, path=args.state)
     verdict = "PASS" if gate["passed"] else "FAIL"
-    print(f"gdsfleet kernel gate: {verdict} for kernel {kernel} (running {running}, next boot "
+    _say(f"gdsfleet kernel gate: {verdict} for kernel {kernel} (running {running}, next boot "
           f"{nxt.get('kernel')})" + ("" if gate["passed"] else
                                      f": {gate['reason']}. To fix: {gate['fix']}"))
     for a in actions:
-        print(f"gdsfleet kernel gate: {a['action']}: {'ok' if a['ok'] else 'FAILED'}: "
+        _say(f"gdsfleet kernel gate: {a['action']}: {'ok' if a['ok'] else 'FAILED'}: "
               f"{a['detail']}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    raise SystemExit(cli(sys.argv[1:]))

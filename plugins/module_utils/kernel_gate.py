@@ -715,12 +715,12 @@ def cli(argv: list[str]) -> int:
     nxt = next_boot()
     record(gate, running=running, nxt=nxt, actions=actions, path=args.state)
     verdict = "PASS" if gate["passed"] else "FAIL"
+    why = "" if gate["passed"] else f": {gate['reason']}. To fix: {gate['fix']}"
     _say(f"gdsfleet kernel gate: {verdict} for kernel {kernel} (running {running}, next boot "
-          f"{nxt.get('kernel')})" + ("" if gate["passed"] else
-                                     f": {gate['reason']}. To fix: {gate['fix']}"))
+         f"{nxt.get('kernel')}){why}")
     for a in actions:
-        _say(f"gdsfleet kernel gate: {a['action']}: {'ok' if a['ok'] else 'FAILED'}: "
-              f"{a['detail']}")
+        state = "ok" if a["ok"] else "FAILED"
+        _say(f"gdsfleet kernel gate: {a['action']}: {state}: {a['detail']}")
     return 0
 
 

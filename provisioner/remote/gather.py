@@ -487,6 +487,7 @@ def gather() -> dict:
     # /boot/vmlinuz-* (GRUB's default entry on Debian/Ubuntu with GRUB_DEFAULT=0).
     items["boot_dir"] = listdir("/boot")
     items["grubby_default_kernel"] = run(["grubby", "--default-kernel"])
+    items.update(kernel_gate_items())  # block "kernel gate state" below
     items["lsblk"] = lsblk()
     items["nvme_topology"] = nvme_topology()
     items["mokutil_sb_state"] = run(["mokutil", "--sb-state"])
@@ -537,6 +538,30 @@ def cufile_files() -> dict:
     found = [f["path"] for f in files if f["exists"]]
     return {"kind": "probe", "rc": 0, "out": "\n".join(found), "err": "", "files": files}
 # --- end of block: cufile.json files ---------------------------------------------------------
+
+
+# --- block: kernel gate state (issue 29) ------------------------------------------------------
+# What the kernel gate (gdsfleet.gds.kernel_gate, and the kernel hook the nvidia_fs role
+# installs) recorded, and the GRUB settings that say which entry boots next on Debian/Ubuntu
+# (the gate keeps a kernel the default with GRUB_DEFAULT=saved and grub-set-default).
+# Parsed on the controller (provisioner/verify/parsers/kernel_gate.py).
+KERNEL_GATE_STATE = "/var/lib/gdsfleet/kernel-gate.json"
+
+
+def kernel_gate_items() -> dict:
+    default_lines = []
+    for path in ["/etc/default/grub"] + sorted(glob.glob("/etc/default/grub.d/*.cfg"))[:32]:
+        res = read_file(path)
+        for line in res["out"].splitlines():
+            if line.strip().startswith("GRUB_DEFAULT="):
+                default_lines.append(line.strip()[:512])
+    return {
+        "kernel_gate_state": read_file(KERNEL_GATE_STATE),
+        "grub_default_entry": {"kind": "probe", "rc": 0, "out": "\n".join(default_lines[-64:]),
+                         "err": ""},
+        "grubenv": read_file("/boot/grub/grubenv"),
+    }
+# --- end of block: kernel gate state ---------------------------------------------------------
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from provisioner.verify.parsers import (
     driver,
     gdscheck,
     kernel,
+    kernel_gate,
     modprobe,
     nvfs_stats,
     os_release,
@@ -195,6 +196,11 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
                      "modules": packages.parse_dkms_status(dk.get("out") or "")}
     facts["boot"] = packages.boot_kernel(
         _text(doc, "boot_dir"), _text(doc, "grubby_default_kernel"))
+    # the kernel gate's record and the kernel the node really boots next (GRUB saved entry)
+    gate_state = kernel_gate.parse_state(_text(doc, "kernel_gate_state"))
+    gate_state["boot_kernel"], gate_state["boot_source"] = kernel_gate.boot_kernel_after_gate(
+        facts["boot"], _text(doc, "grub_default_entry"), _text(doc, "grubenv"))
+    facts["kernel_gate"] = gate_state
     of = _item(doc, "ofed_info")
     facts["ofed"] = packages.parse_ofed_info(of.get("out") or "") if _ok(of) else {
         "flavor": None, "version": None, "raw": None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from provisioner.verify import nvfs_kernel
 from provisioner.verify.checks.evidence import vge
 from provisioner.verify.checks.registry import Context, check
 from provisioner.verify.model import FAIL, PASS, SKIP, WARN, CheckResult
@@ -66,16 +67,35 @@ def driver_version(ctx: Context) -> CheckResult:
                        "Driver version recorded." if version else "Skipped: no driver version.")
 
 
-@check("kernel.version", "kernel new enough for nvidia-fs")
+@check("kernel.version", "kernel new enough for nvidia-fs, and nvidia-fs new enough for it")
 def kernel_version(ctx: Context) -> CheckResult:
+    cid = "kernel.version"
     k = ctx.f.get("kernel") or {}
     ver = tuple(k.get("version") or ())
     if not ver:
-        return CheckResult("kernel.version", WARN, ">= 4.15", "unknown",
-                           "Could not read the kernel release.")
+        return CheckResult(cid, WARN, ">= 4.15", "unknown", "Could not read the kernel release.")
+    release = str(k.get("release"))
     if ver < (4, 15):
-        return CheckResult("kernel.version", FAIL, ">= 4.15", k.get("release", "?"),
+        return CheckResult(cid, FAIL, ">= 4.15", release,
                            "nvidia-fs needs kernel 4.15 or newer: upgrade the kernel.")
-    return CheckResult("kernel.version", PASS, ">= 4.15", str(k.get("release")),
-                       "Kernel is new enough for nvidia-fs (new kernels need a matching nvidia-fs "
-                       "release: 2.26.6 for 6.11/6.14, 2.28.2 for 6.17).")
+    # The pairing (provisioner/verify/nvfs_kernel.py, from the nvidia-fs ChangeLog): only where
+    # nvidia-fs carries the I/O (not the p2pdma route).
+    nvfs_version = (ctx.f.get("nvfs") or {}).get("version")
+    ok, floor = nvfs_kernel.pairing(ver, nvfs_version) if ctx.target != "p2pdma" else (None, "")
+    if ok is False:
+        return CheckResult(cid, FAIL, f">= 4.15; {floor}",
+                           f"{release} with nvidia-fs {nvfs_version}",
+                           f"nvidia-fs {nvfs_version} does not support kernel {release} ({floor}, "
+                           "per the nvidia-fs ChangeLog): DKMS builds fail or the module "
+                           "misbehaves and GDS drops to compat mode. Install a newer nvidia-fs "
+                           "(set cuda_nvidia_fs_version and run the nvidia_fs role) or boot an "
+                           "older kernel; gate the kernel first (gdsfleet.gds.kernel_gate).")
+    expected = f">= 4.15; {floor}" if floor else ">= 4.15"
+    if ok:
+        return CheckResult(cid, PASS, expected, f"{release} with nvidia-fs {nvfs_version}",
+                           f"Kernel is new enough for nvidia-fs, and nvidia-fs {nvfs_version} "
+                           "is new enough for the kernel.")
+    return CheckResult(cid, PASS, expected, release,
+                       "Kernel is new enough for nvidia-fs"
+                       + (f" (nvidia-fs version unknown, so {floor} was not checked)." if floor
+                          else "."))

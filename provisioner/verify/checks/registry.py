@@ -35,6 +35,8 @@ SUBSYSTEMS: dict[str, tuple[str, ...]] = {
     # operator-managed nodes are a mode of the other checks, not a subsystem of ids
     "operator": (),
     "node": ("node.",),
+    # the kernel gate's verdict on the kernel the node boots next (issue 29)
+    "gate": ("gate.",),
 }
 
 # the routes a check's prerequisites are judged for (Context.target)

@@ -105,7 +105,8 @@ CUDA_SERIES = [
     ("13-0", "13.0.2-1", "1.15.1.6-1", "1.15.1", "2.13", "2.26.6"),
     ("13-1", "13.1.0-1", "1.16.0.49-1", "1.16.0", "2.14", "2.26.6"),
 ]
-NVFS_VERSIONS = ["2.25.7", "2.26.6"]
+# 2.28.4: the first releases that build on 6.17+ (the lab runs the host's kernel) are 2.28.x
+NVFS_VERSIONS = ["2.25.7", "2.26.6", "2.28.4"]
 
 
 def dkms_postinst(module: str, version: str, after: str = "") -> str:
@@ -228,7 +229,15 @@ fi
     pkgs.append(Pkg(
         "dkms", "3.0.10-8+deb12u1", "Dynamic Kernel Module System (stand-in)", arch="all",
         extra={"Recommends": "linux-headers-amd64 | linux-headers-generic | linux-headers"},
-        files={"usr/sbin/dkms": (payload("dkms"), 0o755)}, dirs=["var/lib/dkms"]))
+        files={"usr/sbin/dkms": (payload("dkms"), 0o755),
+               # like the real package: build every AUTOINSTALL module for a new kernel
+               "etc/kernel/postinst.d/dkms": (
+                   f"#!/bin/sh\n# {STANDIN}: dkms's kernel hook\n"
+                   '[ -n "${1:-}" ] || exit 0\n'
+                   '[ -e "/lib/modules/$1/build" ] || { echo "dkms: no headers for $1," '
+                   '"skipping" >&2; exit 0; }\n'
+                   'dkms autoinstall -k "$1" || true\n', 0o755)},
+        dirs=["var/lib/dkms"]))
     kver = kernel.split("-")[0]
     if not kver[:1].isdigit():
         kver = "0"
@@ -266,15 +275,23 @@ def next_kernel(kernel: str) -> str:
 def next_kernel_packages(kernel: str) -> list[Pkg]:
     """A second, newer kernel (image + headers) that a kernel update would install: the node
     keeps running ``kernel`` (the simulation cannot boot another one) but /boot and /lib/modules
-    show the new one, so per-kernel DKMS builds and the boot-kernel check can be tested. No
-    /etc/kernel/postinst.d hook runs DKMS here: the roles must build for it themselves."""
+    show the new one, so per-kernel DKMS builds and the boot-kernel check can be tested. Its
+    postinst runs /etc/kernel/postinst.d like the real package: the stand-in dkms's hook there
+    builds the modules DKMS already has (none before the roles installed them; a kernel
+    without headers is skipped), then the kernel gate's hook when the nvidia_fs role installed
+    it."""
     nk = next_kernel(kernel)
     nver = nk.split("-")[0] if nk[:1].isdigit() else "0"
     return [
         Pkg(f"linux-image-{nk}", f"{nver}-1", f"Linux kernel image {nk} (stand-in, never booted)",
             files={f"boot/vmlinuz-{nk}": (f"{STANDIN}: kernel image {nk}\n", 0o644),
                    f"boot/config-{nk}": (f"# {STANDIN}\nCONFIG_PCI_P2PDMA=y\n", 0o644),
-                   f"lib/modules/{nk}/modules.order": ("", 0o644)}),
+                   f"lib/modules/{nk}/modules.order": ("", 0o644)},
+            postinst=f"""
+if [ "$1" = configure ] && [ -d /etc/kernel/postinst.d ]; then
+    run-parts --report --exit-on-error --arg={nk} --arg=/boot/vmlinuz-{nk} /etc/kernel/postinst.d
+fi
+"""),
         Pkg(f"linux-headers-{nk}", f"{nver}-1", f"Header files for Linux {nk} (stand-in)",
             files={f"usr/src/linux-headers-{nk}/Makefile": (f"# {STANDIN}\n", 0o644)},
             symlinks={f"lib/modules/{nk}/build": f"/usr/src/linux-headers-{nk}"}),

@@ -1,0 +1,69 @@
+"""TEST STAND-INS for the kernel gate: genuine ELF relocatable objects (ET_REL, x86-64) shaped
+like kernel modules, carrying only the sections the gate reads (.modinfo, .rodata.str1.1,
+__ksymtab_strings, .symtab/.strtab). They are not real modules: no code, no relocations."""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import struct
+from pathlib import Path
+
+
+def elf_module(*, vermagic: str | None = None, license: str | None = None,
+               rodata: tuple[str, ...] = (), exports: tuple[str, ...] = (),
+               ksymtab_symbols: tuple[str, ...] = (), big_endian: bool = False,
+               name: str = "standin") -> bytes:
+    """Bytes of a 64-bit ELF relocatable object. ``exports`` go to __ksymtab_strings (the
+    kernel >= 5.x layout); ``ksymtab_symbols`` become ``__ksymtab_<name>`` symbols (older)."""
+    e = ">" if big_endian else "<"
+    info = [f"name={name}"]
+    if vermagic is not None:
+        info.append(f"vermagic={vermagic}")
+    if license is not None:
+        info.append(f"license={license}")
+    strtab = b"\0"
+    syms = [b"\0" * 24]
+    for s in ksymtab_symbols:
+        off = len(strtab)
+        strtab += f"__ksymtab_{s}".encode() + b"\0"
+        # st_name, st_info (GLOBAL OBJECT), st_other, st_shndx (.data 3), value, size
+        syms.append(struct.pack(e + "IBBHQQ", off, 0x11, 0, 3, 0, 12))
+    sections = [
+        (".modinfo", 1, b"\0".join(x.encode() for x in info) + b"\0", 0, 0),
+        (".rodata.str1.1", 1, b"\0".join(x.encode() for x in rodata) + b"\0", 0, 0),
+        ("__ksymtab_strings", 1, b"\0".join(x.encode() for x in exports) + b"\0", 0, 0),
+        (".symtab", 2, b"".join(syms), 5, 24),
+        (".strtab", 3, strtab, 0, 0),
+    ]
+    shstr = b"\0"
+    names = []
+    for sname in [s[0] for s in sections] + [".shstrtab"]:
+        names.append(len(shstr))
+        shstr += sname.encode() + b"\0"
+    sections.append((".shstrtab", 3, shstr, 0, 0))
+    body = b""
+    offsets = []
+    base = 64
+    for _n, _t, data, _l, _es in sections:
+        offsets.append(base + len(body))
+        body += data + b"\0" * ((-len(data)) % 8)
+    shoff = base + len(body)
+    ident = b"\x7fELF" + bytes([2, 2 if big_endian else 1, 1, 0]) + b"\0" * 8
+    header = ident + struct.pack(e + "HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64,
+                                 len(sections) + 1, len(sections))
+    shdrs = b"\0" * 64
+    for i, (_n, typ, data, link, entsize) in enumerate(sections):
+        shdrs += struct.pack(e + "IIQQQQIIQQ", names[i], typ, 0, 0, offsets[i], len(data), link,
+                             1 if typ == 2 else 0, 1, entsize)
+    return header + body + shdrs
+
+
+def write_module(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".xz"):
+        data = lzma.compress(data)
+    path.write_bytes(data)
+    return path

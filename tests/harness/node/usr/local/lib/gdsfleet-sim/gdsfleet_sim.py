@@ -42,7 +42,7 @@ DEFAULTS = {
     "SIM_DRIVER_SOURCES": "1",
     "SIM_DISTRO_KERNEL": "1",
     "SIM_OPERATOR": "0",
-    "SIM_OPERATOR_NVFS_VERSION": "2.25.7",
+    "SIM_OPERATOR_NVFS_VERSION": "2.28.4",
     # nvme_core built into the simulated kernel (listed in modules.builtin): it never reads
     # modprobe.d, its parameters come only from the kernel command line.
     "SIM_NVME_CORE_BUILTIN": "0",
@@ -404,7 +404,33 @@ _P2PDMA_SYMS = [("r", "p2pdma_pgmap_ops"), ("T", "pci_p2pdma_add_resource"),
                 ("T", "pci_p2pdma_distance_many"), ("T", "pci_p2pmem_alloc"),
                 ("T", "pci_p2pdma_map_segment")]
 _NVME_SYMS = [("T", "nvme_submit_sync_cmd"), ("T", "nvme_setup_cmd"), ("T", "nvme_complete_rq")]
-_NVME_PATCHED = [("T", "nvme_v1_register_nvfs_dma_ops"), ("T", "nvme_v1_unregister_nvfs_dma_ops")]
+
+
+def kernel_at_least(major: int, minor: int) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", kernel())
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+
+
+def nvme_registration_name() -> str:
+    """The name the stand-in GDS-patched nvme exports: nvme_v2_... on kernels 6.17 and later
+    (the DOCA-OFED releases for those kernels, e.g. 26.01, export the v2 name:
+    NVIDIA/gds-nvidia-fs#87), nvme_v1_... before."""
+    return "nvme_v2_register_nvfs_dma_ops" if kernel_at_least(6, 17) \
+        else "nvme_v1_register_nvfs_dma_ops"
+
+
+def nvfs_wanted_name() -> str:
+    """The name the loaded stand-in nvidia-fs looks up: v2 from 2.28.2 on kernels 6.17 and
+    later, v1 otherwise (NVIDIA/gds-nvidia-fs src/nvfs-dma.c at v2.28.4, ChangeLog 2.28.2;
+    tests/fixtures/kallsyms/)."""
+    version = tuple(int(x) for x in re.findall(r"\d+", nvfs_version() or "0")[:3])
+    return "nvme_v2_register_nvfs_dma_ops" if version >= (2, 28, 2) and kernel_at_least(6, 17) \
+        else "nvme_v1_register_nvfs_dma_ops"
+
+
+def _nvme_patched() -> list[tuple[str, str]]:
+    name = nvme_registration_name()
+    return [("T", name), ("T", name.replace("_register_", "_unregister_"))]
 _NVFS_SYMS = [("t", "nvfs_mgroup_get"), ("t", "nvfs_io_start_op"), ("t", "nvfs_blk_rq_map_sg")]
 
 
@@ -415,7 +441,7 @@ def kallsyms_text() -> str:
         lines.append(f"{addr:016x} {kind} {sym}")
         addr += 0x1A30
     maddr = 0xFFFFFFFFC0600000
-    nvme = _NVME_SYMS + (_NVME_PATCHED if patched_nvme() else [])
+    nvme = _NVME_SYMS + (_nvme_patched() if patched_nvme() else [])
     for kind, sym in nvme:
         lines.append(f"{maddr:016x} {kind} {sym}\t[nvme]")
         maddr += 0x2F0
@@ -757,7 +783,7 @@ def nvfs_route_usable() -> tuple[bool, str]:
         return False, "GPU driver is not the open kernel module"
     if not module_loaded("nvidia_fs"):
         return False, "nvidia-fs driver is not loaded"
-    if not kallsyms_has("nvme_v1_register_nvfs_dma_ops"):
+    if not kallsyms_has(nvfs_wanted_name()):
         return False, "NVMe Driver not registered with nvidia-fs"
     return True, "nvfs"
 
@@ -1048,7 +1074,7 @@ def operator_setup() -> None:
     with open(os.path.join(root, "usr/lib/x86_64-linux-gnu/libcuda.so." + driver_version()),
               "w") as fh:
         fh.write("TEST STAND-IN: the driver container's libcuda (simulated)\n")
-    version = profile().get("SIM_OPERATOR_NVFS_VERSION") or "2.25.7"
+    version = profile().get("SIM_OPERATOR_NVFS_VERSION") or "2.28.4"
     with locked():
         _mkmod("nvidia_fs", version, dict(NVFS_PARAMS))
         _nvfs_proc_create(version)

@@ -63,6 +63,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostRun]:
         "12.8.1": {"cuda_version": "12.8.1", "verify_runtime_python": py312},
         "12.9": {"cuda_version": "12.9", "verify_runtime_python": py312},
         "13.0": {"cuda_version": "13.0", "verify_runtime_python": py312},
+        "13.1": {"cuda_version": "13.1", "verify_runtime_python": py312},
         "13.9": {"cuda_version": "13.9", "verify_runtime_python": py312},
         "13.9-set": {"cuda_version": "13.9", "verify_runtime_cufile_version": "1.23",
                      "verify_runtime_python": py312},
@@ -79,6 +80,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostRun]:
     ("12.8.1", "nvidia-cufile-cu12==1.13.*"),
     ("12.9", "nvidia-cufile-cu12==1.14.*"),
     ("13.0", "nvidia-cufile==1.15.*"),
+    ("13.1", "nvidia-cufile==1.16.*"),
     ("13.9-set", "nvidia-cufile==1.23.*"),
 ])
 def test_the_cufile_wheel_is_pinned_to_the_nodes_cuda_release(cases: dict[str, HostRun],

@@ -256,6 +256,8 @@ def _probe_script(want_major: int) -> str:
     env.filters["to_json"] = json.dumps
     return env.from_string(task["ansible.builtin.command"]["argv"][2]).render(
         __verify_runtime_cuda_major=str(want_major),
+        __verify_runtime_cufile_name=yaml.safe_load((ROLE / "vars" / "main.yml").read_text())[
+            "__verify_runtime_cufile_wheel"][str(want_major)],
         __verify_runtime_want={names["kvikio"]: "26.10.0", names["cupy"]: "14.2.0"},
         __verify_runtime_known=[n for m in wheels.values() for n in m.values()])
 

@@ -12,6 +12,10 @@ Returns ``{"ok", "wanted", "basis", "exported", "rdma", "mismatch", "message"}``
 ``p2pdma_symbol(kallsyms)``: ``p2pdma_pgmap_ops`` or ``pci_p2pdma_add_resource`` when the
 kernel has PCI P2PDMA, else None.
 
+``nvfs_kernel_pairing(nvfs_version, kernel)``: whether that nvidia-fs supports that kernel
+(the nvidia-fs ChangeLog's floors, the table `provisioner verify`'s kernel.version reads):
+``{"ok": True, False or None, "floor": text}``.
+
 ``kallsyms``: /proc/kallsyms lines (text or a list of lines, e.g. a grep's stdout_lines).
 """
 
@@ -55,6 +59,12 @@ def nvfs_registration(kallsyms: Any, nvfs_version: Any = None, kernel: Any = Non
     return out
 
 
+def nvfs_kernel_pairing(nvfs_version: Any, kernel: Any) -> dict[str, Any]:
+    out: dict[str, Any] = _load_rules().kernel_pairing(
+        str(nvfs_version or "").strip()[:32], str(kernel or "")[:64])
+    return out
+
+
 def kernel_p2pdma_symbol(kallsyms: Any) -> str | None:
     syms = _load_rules()
     found: str | None = syms.p2pdma_symbol(syms.kallsyms_modules(_text(kallsyms)))
@@ -62,7 +72,9 @@ def kernel_p2pdma_symbol(kallsyms: Any) -> str | None:
 
 
 class FilterModule:
-    """gdsfleet.gds.nvfs_registration, gdsfleet.gds.p2pdma_symbol."""
+    """gdsfleet.gds.nvfs_registration, gdsfleet.gds.p2pdma_symbol,
+    gdsfleet.gds.nvfs_kernel_pairing."""
 
     def filters(self) -> dict[str, Any]:
-        return {"nvfs_registration": nvfs_registration, "p2pdma_symbol": kernel_p2pdma_symbol}
+        return {"nvfs_registration": nvfs_registration, "p2pdma_symbol": kernel_p2pdma_symbol,
+                "nvfs_kernel_pairing": nvfs_kernel_pairing}

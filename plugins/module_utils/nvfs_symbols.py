@@ -106,3 +106,34 @@ def registration(symbols, nvfs_version, kernel_release, need_local=True, need_rd
 def p2pdma_symbol(symbols):
     """The symbol that shows kernel PCI P2PDMA, or None."""
     return next((s for s in P2PDMA_SYMBOLS if s in symbols), None)
+
+
+# (kernel series, oldest nvidia-fs that builds on it), ascending: the nvidia-fs ChangeLog at its
+# tags (tests/fixtures/kernel_gate/nvfs_kernel_pairing.yml names them; the kernel.version check
+# of provisioner verify and verify.yml's pairing assert both read this table)
+KERNEL_FLOORS = (
+    ((6, 2), "2.18.3"),
+    ((6, 5), "2.19.6"),
+    ((6, 11), "2.26.6"),
+    ((6, 17), "2.28.2"),
+)
+
+
+def kernel_pairing(nvfs_version, kernel_release):
+    """Whether nvidia-fs ``nvfs_version`` supports ``kernel_release`` (text or numbers):
+    ``{"ok": True, False or None (nothing to compare), "floor": text}``."""
+    kern = (tuple(int(x) for x in kernel_release)[:2] if isinstance(kernel_release, (list, tuple))
+            else _numbers(kernel_release, 2))
+    floor = None
+    for series, version in KERNEL_FLOORS:
+        if len(kern) == 2 and kern >= series:
+            floor = (series, version)
+    if floor is None:
+        return {"ok": None, "floor": ""}
+    (major, minor), version = floor
+    text = "nvidia-fs >= %s on kernel >= %d.%d" % (version, major, minor)
+    have = _numbers(nvfs_version)
+    if len(have) < 2:
+        return {"ok": None, "floor": text}
+    return {"ok": have >= _numbers(version), "floor": text}
+

@@ -9,15 +9,13 @@ floor; whether that release really builds there only DKMS can tell (the kernel g
 
 from __future__ import annotations
 
+from provisioner import collection_utils
 from provisioner.verify.parsers.driver import version_tuple
 
-# (kernel series, oldest nvidia-fs that builds on it), ascending
-FLOORS: tuple[tuple[tuple[int, int], str], ...] = (
-    ((6, 2), "2.18.3"),
-    ((6, 5), "2.19.6"),
-    ((6, 11), "2.26.6"),
-    ((6, 17), "2.28.2"),
-)
+# (kernel series, oldest nvidia-fs that builds on it), ascending: the one table, in
+# plugins/module_utils/nvfs_symbols.py, that verify.yml's pairing assert reads too
+FLOORS: tuple[tuple[tuple[int, int], str], ...] = tuple(
+    collection_utils.load("nvfs_symbols.py").KERNEL_FLOORS)
 
 
 def floor_for(kernel: tuple[int, ...]) -> tuple[tuple[int, int], str] | None:

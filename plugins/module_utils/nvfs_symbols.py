@@ -131,7 +131,7 @@ def kernel_pairing(nvfs_version, kernel_release):
     if floor is None:
         return {"ok": None, "floor": ""}
     (major, minor), version = floor
-    text = "nvidia-fs >= %s on kernel >= %d.%d" % (version, major, minor)
+    text = f"nvidia-fs >= {version} on kernel >= {major}.{minor}"
     have = _numbers(nvfs_version)
     if len(have) < 2:
         return {"ok": None, "floor": text}

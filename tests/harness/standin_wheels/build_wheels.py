@@ -49,6 +49,49 @@ def pinned_versions(defaults: Path = DEFAULTS) -> dict[str, str]:
     return out
 
 
+VARS = ROOT / "roles" / "verify_runtime" / "vars" / "main.yml"
+CUFILE_LABEL = ("TEST STAND-IN (gdsfleet test harness): NOT NVIDIA's {real} wheel. It carries no "
+                "library (the simulated node's libcufile is the stand-in CUDA package's); it only "
+                "lets the role's pinned cuFile requirement resolve as it does on a GPU node.")
+
+
+def cufile_wheels(vars_file: Path = VARS) -> list[tuple[str, str]]:
+    """(project, version) of one stand-in cuFile wheel per row of the role's table
+    (__verify_runtime_cufile_by_cuda: CUDA minor -> libcufile release; the project is
+    __verify_runtime_cufile_wheel's name for that CUDA major), so the role's pin resolves for
+    every CUDA release it knows, as it does against PyPI."""
+    text = vars_file.read_text()  # read without PyYAML: setup.sh may run this before .venv
+
+    def block(key: str) -> dict[str, str]:
+        m = re.search(rf"^{key}:\n((?:  .*\n)+)", text, re.M)
+        if not m:
+            raise SystemExit(f"{vars_file}: no {key}")
+        return {k.strip('"'): v.strip().strip('"') for k, v in
+                (line.strip().split(":", 1) for line in m.group(1).splitlines())}
+
+    names = block("__verify_runtime_cufile_wheel")
+    rows = block("__verify_runtime_cufile_by_cuda")
+    return sorted({(names[cuda.split(".")[0]], f"{release}.0") for cuda, release in rows.items()})
+
+
+def build_cufile_wheel(project: str, version: str, out_dir: Path) -> Path:
+    dist = project.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    summary = CUFILE_LABEL.format(real=project)
+    files: dict[str, bytes] = {
+        "nvidia/cufile/STANDIN.txt": (summary + "\n").encode(),
+        f"{info}/METADATA": (
+            "Metadata-Version: 2.1\n"
+            f"Name: {project}\nVersion: {version}\nSummary: {summary}\n"
+            "License: Apache-2.0\nRequires-Python: >=3.8\n\n"
+            f"{summary}\nBuilt by tests/harness/standin_wheels/build_wheels.py.\n").encode(),
+        f"{info}/WHEEL": (b"Wheel-Version: 1.0\nGenerator: gdsfleet-standin-build-wheels\n"
+                          b"Root-Is-Purelib: true\nTag: py3-none-any\n"),
+        f"{info}/top_level.txt": b"nvidia\n",
+    }
+    return _write_wheel(files, info, out_dir / f"{dist}-{version}-py3-none-any.whl")
+
+
 def module_version(pkg: str, version: str) -> str:
     """What the module's __version__ says: RAPIDS pads (26.10.00), CuPy does not."""
     if pkg == "kvikio":
@@ -89,10 +132,13 @@ def build_wheel(project: str, version: str, out_dir: Path) -> Path:
     files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: gdsfleet-standin-build-wheels\n"
                               b"Root-Is-Purelib: true\nTag: py3-none-any\n")
     files[f"{info}/top_level.txt"] = f"{pkg}\n".encode()
+    return _write_wheel(files, info, out_dir / f"{dist}-{version}-py3-none-any.whl")
+
+
+def _write_wheel(files: dict[str, bytes], info: str, wheel: Path) -> Path:
     record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = out_dir / f"{dist}-{version}-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():
             zi = zipfile.ZipInfo(name, EPOCH)
@@ -107,19 +153,27 @@ def build_index(out: Path) -> list[Path]:
     simple = out / "simple"
     wheels = []
     links = []
+    built: dict[str, list[Path]] = {}
     for project in sorted(PROJECTS):
         pkg, which = PROJECTS[project]
+        built.setdefault(project, []).append(
+            build_wheel(project, versions[which], simple / project))
+    for project, version in cufile_wheels():
+        built.setdefault(project, []).append(
+            build_cufile_wheel(project, version, simple / project))
+    for project in sorted(built):
         pdir = simple / project
-        wheel = build_wheel(project, versions[which], pdir)
-        wheels.append(wheel)
-        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        name = html.escape(wheel.name)
+        anchors = []
+        for wheel in built[project]:
+            wheels.append(wheel)
+            sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            name = html.escape(wheel.name)
+            anchors.append(f"<a href=\"{name}#sha256={sha}\" "
+                           f"data-requires-python=\"&gt;=3.8\">{name}</a><br>\n")
         (pdir / "index.html").write_text(
             "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
             f"<title>Links for {project} (gdsfleet TEST STAND-IN)</title></head><body>\n"
-            f"<h1>Links for {project}</h1>\n"
-            f"<a href=\"{name}#sha256={sha}\" data-requires-python=\"&gt;=3.8\">{name}</a><br>\n"
-            "</body></html>\n")
+            f"<h1>Links for {project}</h1>\n" + "".join(anchors) + "</body></html>\n")
         links.append(f"<a href=\"{project}/\">{project}</a><br>")
     (simple / "index.html").write_text(
         "<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"

@@ -13,7 +13,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provisioner.verify import netfs
+from provisioner import cli
+from provisioner.exitcodes import Exit
+from provisioner.store import Ledger
+from provisioner.verify import checks, iotest, netfs
+from provisioner.verify.facts import build_facts
+from provisioner.verify.model import IoTestOptions, NodeReport
+from provisioner.verify.node import choose_io_path
 from provisioner.verify.parsers import gdscheck
 from provisioner.verify.policy import Policy
 from tests.unit import nodefacts as nf
@@ -124,3 +130,39 @@ def test_prerequisites_never_raise_on_hostile_input(text: str, opts: list[str]) 
     for fstype in netfs.NETWORK_FILESYSTEMS:
         out = netfs.prerequisites(fstype, opts, parsed, nvfs_loaded=False)
         assert "nvidia-fs is not loaded (gdsfleet.gds.nvidia_fs)" in out
+
+
+def test_io_path_defaults_to_the_network_mount() -> None:
+    """Without --io-path and with no NVMe mount, verify writes on the network GDS mount (it
+    used to fall back to /mnt/gds, not mounted there, and fail fs.mount.present)."""
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"})
+    doc["items"]["mounts"] = nf._ok("/dev/sda1 / ext4 rw,relatime 0 0\n"
+                                    f"10.0.0.5:/export /mnt/vast nfs {NFS_RDMA} 0 0\n")
+    facts = build_facts(doc)
+    assert choose_io_path(facts, IoTestOptions(), Policy.default()) == "/mnt/vast"
+    assert choose_io_path(facts, IoTestOptions(), Policy.from_dict(
+        {"network_filesystems": []})) == "/mnt/gds"
+
+
+def test_export_env_gives_the_network_mount_like_a_local_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"})
+    facts = build_facts(doc)
+    facts["io_path"] = "/mnt/gds"
+    route = checks.determine_route(facts)
+    io = iotest.evaluate(nf.direct_nvfs_io(), route=route)
+    route, results, compliant = checks.evaluate(facts, io, Policy.default(), route=route,
+                                                io_path="/mnt/gds")
+    assert compliant
+    report = NodeReport(name="vast-01", reachable=True, compliant=compliant, route=route,
+                        checks=results, io_test=io, facts=facts)
+    path = tmp_path / "ledger.sqlite"
+    with Ledger.open(path) as led:
+        run_id = led.start_run("verify", "fleet")
+        led.record_verification(run_id, report.to_dict())
+        led.finish_run(run_id, "done")
+    code = cli.main(["export", "env", "--ledger", str(path), "--node", "vast-01"])
+    out = capsys.readouterr().out
+    assert code == Exit.OK, out
+    assert "export KVIKIO_COMPAT_MODE=OFF" in out
+    assert "export GDSFLEET_GDS_MOUNT=/mnt/gds" in out

@@ -94,7 +94,8 @@ def _bounded_raw(raw: dict[str, str]) -> dict[str, str]:
 
 def choose_io_path(facts: dict[str, Any], io: IoTestOptions, policy: Policy) -> str:
     """``io.path`` when given; else the policy's GDS mount when it is mounted; else the first
-    NVMe-backed mount that is not a system mount; else the policy's GDS mount."""
+    NVMe-backed mount that is not a system mount; else the first network-filesystem mount of
+    the policy's ``network_filesystems``; else the policy's GDS mount."""
     if io.path:
         return io.path
     default = policy.gds_mount or io.default_path
@@ -105,6 +106,12 @@ def choose_io_path(facts: dict[str, Any], io: IoTestOptions, policy: Policy) -> 
     for target in st.get("nvme_mounts") or []:
         if target not in ("/", "/boot", "/boot/efi", "/home", "/var"):
             return str(target)
+    # a node fed from network storage: its first mount of a filesystem GDS reaches over RDMA
+    # (the policy's network_filesystems), judged by fs.mount.type like a local one
+    for m in mounts:
+        if m.get("fstype") in policy.network_filesystems and m.get("target") not in (
+                "/", "/home"):
+            return str(m.get("target"))
     return default
 
 

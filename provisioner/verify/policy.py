@@ -6,6 +6,8 @@ min_nvfs_version: "2.17.5"    # the nvidia-fs module version (not the GDS releas
 require_allow_compat_false: true
 io_test_size: 1GiB            # bytes, or a size with a unit (KiB, MiB, GiB, K, M, G)
 allowed_filesystems: [xfs, ext4]
+network_filesystems: [nfs, nfs4, lustre, gpfs, wekafs, beegfs]  # judged on their own
+                              # prerequisites (NFS only over RDMA); [] refuses them all
 iommu: warn                   # warn | fail
 min_write_gbps: null          # GB/s (decimal); null = no floor
 min_read_gbps: null
@@ -54,6 +56,8 @@ class Policy:
     require_allow_compat_false: bool = True
     io_test_size: int = GIB
     allowed_filesystems: tuple[str, ...] = ("xfs", "ext4")
+    network_filesystems: tuple[str, ...] = ("nfs", "nfs4", "lustre", "gpfs", "wekafs",
+                                            "beegfs")
     iommu: str = "warn"
     min_write_gbps: float | None = None
     min_read_gbps: float | None = None
@@ -96,7 +100,7 @@ class Policy:
             try:
                 if key == "io_test_size":
                     value = parse_size(value)
-                elif key == "allowed_filesystems":
+                elif key in ("allowed_filesystems", "network_filesystems"):
                     if isinstance(value, str):
                         value = [value]
                     value = tuple(str(v) for v in value)
@@ -134,4 +138,5 @@ class Policy:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["allowed_filesystems"] = list(self.allowed_filesystems)
+        out["network_filesystems"] = list(self.network_filesystems)
         return out

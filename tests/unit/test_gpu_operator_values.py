@@ -29,6 +29,9 @@ HOSTS: dict[str, dict[str, Any]] = {
     "no_mofed": {"mofed_flavor": "none"},
     # RDMA storage with MOFED from the Network Operator's container (not the host)
     "rdma_containerized_mofed": {"mofed_flavor": "none", "gds_storage_rdma": True},
+    # NFS over RDMA from the netfs role, MOFED from the Network Operator: RDMA without asking
+    "netfs_containerized_mofed": {"mofed_flavor": "none", "netfs_nfs_mounts": [
+        {"path": "/mnt/vast", "server": "192.0.2.10", "export": "/gds"}]},
     # an older chart (driver.useOpenKernelModules), the host pin set, a driver version
     "chart_v24": {"gpu_operator_chart_version": "v24.9.2", "cuda_nvidia_fs_version": "2.26.6",
                   "gpu_operator_driver_version": "550.144.03"},
@@ -147,6 +150,7 @@ def test_rdma_and_host_mofed_follow_the_inventory(rendered: dict[str, Any]) -> N
     assert rdma["defaults"] == {"enabled": True, "useHostMofed": True}
     assert rdma["no_mofed"] == {"enabled": False, "useHostMofed": False}
     assert rdma["rdma_containerized_mofed"] == {"enabled": True, "useHostMofed": False}
+    assert rdma["netfs_containerized_mofed"] == {"enabled": True, "useHostMofed": False}
     # gpu_operator_values_extra wins over the rendered values, recursively
     assert rdma["extra"] == {"enabled": False, "useHostMofed": True}
     assert rendered["extra"]["toolkit"] == {"enabled": False}

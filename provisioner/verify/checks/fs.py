@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner.verify import netfs
 from provisioner.verify.checks.registry import Context, check
 from provisioner.verify.model import FAIL, PASS, SKIP, WARN, CheckResult
 from provisioner.verify.parsers import storage
@@ -53,6 +54,8 @@ def mount_type(ctx: Context) -> CheckResult:
     if m is None:
         return _unmounted("fs.mount.type")
     fstype = m["fstype"]
+    if netfs.is_network(fstype) and fstype in ctx.p.network_filesystems:
+        return _network_type(ctx, m)
     allowed = " or ".join(ctx.p.allowed_filesystems)
     if fstype in ctx.p.allowed_filesystems:
         return CheckResult("fs.mount.type", PASS, allowed, fstype,
@@ -60,6 +63,22 @@ def mount_type(ctx: Context) -> CheckResult:
     return CheckResult("fs.mount.type", FAIL, allowed, fstype,
                        f"{fstype} only runs in compat mode: reformat as XFS or ext4 "
                        "(data=ordered).")
+
+
+def _network_type(ctx: Context, m: dict[str, Any]) -> CheckResult:
+    """A network filesystem, judged on its own prerequisites (netfs.prerequisites)."""
+    fs = netfs.NETWORK_FILESYSTEMS[m["fstype"]]
+    gc = (ctx.f.get("gdscheck") or {}).get("parsed")
+    missing = netfs.prerequisites(m["fstype"], m.get("options") or [], gc,
+                                  bool((ctx.f.get("nvfs") or {}).get("loaded")))
+    expected = f"{fs.name} with GDS support ({fs.gdscheck_line} in gdscheck, RDMA, nvidia-fs)"
+    if not missing:
+        return CheckResult("fs.mount.type", PASS, expected, f"{m['fstype']} ({fs.name})",
+                           f"{fs.name}: gdscheck supports it, the RDMA library is loaded, an "
+                           "RDMA device is up and nvidia-fs is loaded.")
+    return CheckResult("fs.mount.type", FAIL, expected, f"{m['fstype']}: " + "; ".join(missing),
+                       f"{m['fstype']} only runs in compat mode here: " + "; ".join(missing)
+                       + f". Fix: {fs.fix}.")
 
 
 @check("fs.mount.options", "mount options GDS supports (ext4: data=ordered)")
@@ -90,6 +109,10 @@ def mount_nvme(ctx: Context) -> CheckResult:
     m = gds_mount(ctx)
     if m is None:
         return _unmounted("fs.mount.nvme")
+    if netfs.is_network(m["fstype"]):
+        return CheckResult("fs.mount.nvme", SKIP, "backed by NVMe", m["source"],
+                           f"Skipped: {m['fstype']} is a network filesystem (fs.mount.type "
+                           "judges it).")
     devices = (ctx.f.get("storage") or {}).get("devices") or []
     if storage.is_nvme_source(m["source"], devices):
         return CheckResult("fs.mount.nvme", PASS, "backed by NVMe", m["source"],
@@ -108,6 +131,10 @@ def mount_transport(ctx: Context) -> CheckResult:
     m = gds_mount(ctx)
     if m is None:
         return _unmounted(cid)
+    if netfs.is_network(m["fstype"]):
+        return CheckResult(cid, SKIP, expected, m["fstype"],
+                           f"Skipped: {m['fstype']} is a network filesystem, not NVMe "
+                           "(fs.mount.type judges its transport).")
     paths = mount_paths(ctx, m)
     if not paths:
         return CheckResult(cid, SKIP, expected, "no NVMe controller visible",

@@ -1,0 +1,168 @@
+"""verify on network filesystems (issue 33): each judged on its own prerequisites. The node
+documents are SYNTHETIC stand-ins (tests/unit/nodefacts.py) with the mount table and the
+gdscheck DRIVER CONFIGURATION lines swapped for a network mount's; the parser is fed a real
+capture (tests/fixtures/gdscheck/netfs-*.yml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from provisioner import cli
+from provisioner.exitcodes import Exit
+from provisioner.store import Ledger
+from provisioner.verify import checks, iotest, netfs
+from provisioner.verify.facts import build_facts
+from provisioner.verify.model import IoTestOptions, NodeReport
+from provisioner.verify.node import choose_io_path
+from provisioner.verify.parsers import gdscheck
+from provisioner.verify.policy import Policy
+from tests.unit import nodefacts as nf
+from tests.unit.test_checks import failing, run
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "gdscheck"
+
+RDMA_OK = (" --rdma library        : Loaded (libcufile_rdma.so)\n"
+           " --rdma devices        : Configured\n"
+           " --rdma_device_status  : Up: 2 Down: 0\n")
+RDMA_OFF = (" --rdma library        : Not Loaded (libcufile_rdma.so)\n"
+            " --rdma devices        : Not configured\n"
+            " --rdma_device_status  : Up: 0 Down: 0\n")
+
+
+def netfs_doc(fstype: str, opts: str, source: str, lines: dict[str, str], rdma: str = RDMA_OK,
+              **kw: Any) -> dict[str, Any]:
+    doc = nf.gather_doc(route="nvfs", **kw)
+    items = doc["items"]
+    items["mounts"] = nf._ok("/dev/sda1 / ext4 rw,relatime 0 0\n"
+                             f"{source} /mnt/gds {fstype} {opts} 0 0\n")
+    extra = "".join(f" {k:<19}: {v}\n" for k, v in lines.items()) + rdma
+    items["gdscheck"]["out"] = items["gdscheck"]["out"].replace(
+        " NVMeOF             : compat\n", " NVMeOF             : compat\n" + extra)
+    return doc
+
+
+NFS_RDMA = "rw,relatime,vers=3,proto=rdma,port=20049,nconnect=8,_netdev"
+NFS_TCP = "rw,relatime,vers=3,proto=tcp,nconnect=8,_netdev"
+
+
+def test_nfs_over_rdma_with_prerequisites_is_compliant_with_counter_proof() -> None:
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"})
+    _, by_id, compliant, io = run(doc, nf.direct_nvfs_io())
+    assert by_id["fs.mount.type"].status == "pass", by_id["fs.mount.type"]
+    assert by_id["fs.mount.nvme"].status == "skip"
+    assert by_id["fs.mount.transport"].status == "skip"
+    assert failing(by_id) == set()
+    assert compliant is True
+    assert io.evidence["proof"] == "nvfs_counters"
+
+
+def test_nfs_over_tcp_is_not_compliant_and_names_tcp() -> None:
+    doc = netfs_doc("nfs4", NFS_TCP, "10.0.0.5:/export", {"NFS": "Supported"})
+    _, by_id, compliant, _ = run(doc, nf.direct_nvfs_io())
+    res = by_id["fs.mount.type"]
+    assert res.status == "fail" and not compliant
+    assert "TCP" in res.message and "compat" in res.message and "proto=rdma" in res.message
+
+
+def test_nfs_without_proto_option_is_tcp() -> None:
+    assert netfs.nfs_transport(["rw", "vers=4.2"]) == "tcp"
+    assert netfs.nfs_transport(["proto=rdma"]) == "rdma"
+
+
+@pytest.mark.parametrize(("fstype", "line", "source"), [
+    ("lustre", "DDN EXAScaler", "10.0.0.1@o2ib:/fs"),
+    ("gpfs", "IBM Spectrum Scale", "gpfs0"),
+    ("wekafs", "WekaFS", "wekafs/default"),
+    ("beegfs", "BeeGFS", "beegfs_nodev"),
+])
+def test_each_filesystem_needs_its_own_gdscheck_line(fstype: str, line: str, source: str) -> None:
+    ok = netfs_doc(fstype, "rw,relatime", source, {line: "Supported"})
+    _, by_id, compliant, _ = run(ok, nf.direct_nvfs_io())
+    assert by_id["fs.mount.type"].status == "pass" and compliant
+    # another filesystem's line does not count for this one
+    other = "NFS" if line != "NFS" else "WekaFS"
+    bad = netfs_doc(fstype, "rw,relatime", source, {line: "Unsupported", other: "Supported"})
+    _, by_id, compliant, _ = run(bad, nf.direct_nvfs_io())
+    assert by_id["fs.mount.type"].status == "fail" and not compliant
+    assert f"{line} : Unsupported" in by_id["fs.mount.type"].message
+
+
+def test_rdma_library_and_device_and_nvidia_fs_are_required() -> None:
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"}, rdma=RDMA_OFF)
+    _, by_id, _, _ = run(doc, nf.direct_nvfs_io())
+    msg = by_id["fs.mount.type"].message
+    assert "RDMA library is not loaded" in msg and "rdma_dev_addr_list" in msg
+    assert "no RDMA device up" in msg
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"},
+                    nvfs_loaded=False)
+    _, by_id, _, _ = run(doc, nf.direct_nvfs_io())
+    assert "nvidia-fs is not loaded" in by_id["fs.mount.type"].message
+
+
+def test_policy_can_refuse_network_filesystems() -> None:
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"})
+    pol = Policy.from_dict({"network_filesystems": []})
+    _, by_id, compliant, _ = run(doc, nf.direct_nvfs_io(), pol)
+    assert by_id["fs.mount.type"].status == "fail" and not compliant
+
+
+def test_real_capture_nfs_supported_but_rdma_not_loaded() -> None:
+    fx = yaml.safe_load((FIX / "netfs-gds-1.10.0.4_nfs-supported.yml").read_text())
+    parsed = gdscheck.parse("\n".join(fx["output"]) + "\n").to_dict()
+    missing = netfs.prerequisites("nfs", ["proto=rdma"], parsed, nvfs_loaded=True)
+    assert not any("gdscheck says NFS" in m for m in missing)
+    assert any("RDMA library is not loaded" in m for m in missing)
+    assert any("no RDMA device up" in m for m in missing)
+    beegfs = netfs.prerequisites("beegfs", [], parsed, True)
+    assert beegfs[0] == "gdscheck says BeeGFS : Unsupported"
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(st.text(max_size=300), st.lists(st.text(max_size=30), max_size=6))
+def test_prerequisites_never_raise_on_hostile_input(text: str, opts: list[str]) -> None:
+    parsed = gdscheck.parse(text).to_dict()
+    for fstype in netfs.NETWORK_FILESYSTEMS:
+        out = netfs.prerequisites(fstype, opts, parsed, nvfs_loaded=False)
+        assert "nvidia-fs is not loaded (gdsfleet.gds.nvidia_fs)" in out
+
+
+def test_io_path_defaults_to_the_network_mount() -> None:
+    """Without --io-path and with no NVMe mount, verify writes on the network GDS mount (it
+    used to fall back to /mnt/gds, not mounted there, and fail fs.mount.present)."""
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"})
+    doc["items"]["mounts"] = nf._ok("/dev/sda1 / ext4 rw,relatime 0 0\n"
+                                    f"10.0.0.5:/export /mnt/vast nfs {NFS_RDMA} 0 0\n")
+    facts = build_facts(doc)
+    assert choose_io_path(facts, IoTestOptions(), Policy.default()) == "/mnt/vast"
+    assert choose_io_path(facts, IoTestOptions(), Policy.from_dict(
+        {"network_filesystems": []})) == "/mnt/gds"
+
+
+def test_export_env_gives_the_network_mount_like_a_local_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"})
+    facts = build_facts(doc)
+    facts["io_path"] = "/mnt/gds"
+    route = checks.determine_route(facts)
+    io = iotest.evaluate(nf.direct_nvfs_io(), route=route)
+    route, results, compliant = checks.evaluate(facts, io, Policy.default(), route=route,
+                                                io_path="/mnt/gds")
+    assert compliant
+    report = NodeReport(name="vast-01", reachable=True, compliant=compliant, route=route,
+                        checks=results, io_test=io, facts=facts)
+    path = tmp_path / "ledger.sqlite"
+    with Ledger.open(path) as led:
+        run_id = led.start_run("verify", "fleet")
+        led.record_verification(run_id, report.to_dict())
+        led.finish_run(run_id, "done")
+    code = cli.main(["export", "env", "--ledger", str(path), "--node", "vast-01"])
+    out = capsys.readouterr().out
+    assert code == Exit.OK, out
+    assert "export KVIKIO_COMPAT_MODE=OFF" in out
+    assert "export GDSFLEET_GDS_MOUNT=/mnt/gds" in out

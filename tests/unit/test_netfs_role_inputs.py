@@ -1,0 +1,89 @@
+"""The role gdsfleet.gds.netfs refuses NFS mounts GDS cannot use, and text that would land in
+/etc/fstab, before any change: tasks/validate.yml runs for real with ansible-playbook over
+several inventories at once (connection local; the tasks only assert). The mount itself is not
+run here (no NFS-over-RDMA server): the options it writes are rendered by the same task
+template in test_mount_options_are_rdma."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = ROOT / ".venv" / "bin"
+GOOD = {"path": "/mnt/vast", "server": "192.0.2.10", "export": "/gds", "vers": "3",
+        "nconnect": 8}
+
+HOSTS: dict[str, list[dict[str, Any]]] = {
+    "good": [GOOD, dict(GOOD, path="/mnt/v4", vers="4.1", options=["hard", "rsize=1048576"])],
+    "none": [],
+    "tcp": [dict(GOOD, options=["proto=tcp"])],
+    "port": [dict(GOOD, options=["port=2049"])],
+    "vers": [dict(GOOD, vers="2")],
+    "nconnect": [dict(GOOD, nconnect=64)],
+    "relative": [dict(GOOD, path="mnt/vast")],
+    "space_in_export": [dict(GOOD, export="/gds x")],
+    "newline_server": [dict(GOOD, server="192.0.2.10\n/dev/sda /")],
+    "comma_option": [dict(GOOD, options=["ro,proto=tcp"])],
+    "no_server": [{"path": "/mnt/vast", "export": "/gds"}],
+}
+BAD = set(HOSTS) - {"good", "none"}
+
+
+@pytest.fixture(scope="module")
+def failed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("netfs_inputs")
+    hosts = {name: {"ansible_connection": "local", "netfs_nfs_mounts": v}
+             for name, v in HOSTS.items()}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    play = [{"name": "Validate", "hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Validate the mounts", "ansible.builtin.include_role": {
+            "name": "netfs", "tasks_from": "validate.yml"}}]}]
+    (tmp / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+               ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_RETRY_FILES_ENABLED="0",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(tmp / "inventory.yml"),
+                           str(tmp / "play.yml")], capture_output=True, text=True, timeout=240,
+                          env=env, check=False)
+    doc = json.loads(proc.stdout)
+    out: dict[str, dict[str, Any]] = {}
+    for task in doc["plays"][0]["tasks"]:
+        for host, res in task["hosts"].items():
+            if res.get("failed"):
+                out[host] = res
+    return out
+
+
+def test_bad_mounts_are_refused_before_any_change(failed: dict[str, dict[str, Any]]) -> None:
+    assert set(failed) == BAD, sorted(failed)
+    msgs = [" ".join(str(r).split()) for r in failed["tcp"].get("results", [failed["tcp"]])]
+    text = " ".join(msgs)
+    assert "Refusing to mount, nothing was changed" in text
+    assert "over TCP GDS runs in compat mode" in text
+
+
+def test_mount_options_are_rdma() -> None:
+    """The mount task's opts expression, rendered by ansible-core's templating engine."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    task = yaml.safe_load((ROOT / "roles/netfs/tasks/main.yml").read_text())[-1]
+    mod = {k: trust_as_template(v) for k, v in task["ansible.posix.mount"].items()
+           if k in ("opts", "src")}
+    templar = Templar(loader=DataLoader(), variables={"item": dict(GOOD, options=["hard"])})
+    opts = templar.template(mod["opts"]).strip()
+    assert opts == "vers=3,proto=rdma,port=20049,nconnect=8,_netdev,hard"
+    assert templar.template(mod["src"]) == "192.0.2.10:/gds"
+    templar = Templar(loader=DataLoader(), variables={"item": {
+        "path": "/m", "server": "fd00::5", "export": "/e", "vers": "4.2"}})
+    assert templar.template(mod["opts"]).strip() == "vers=4.2,proto=rdma,port=20049,_netdev"
+    assert templar.template(mod["src"]) == "[fd00::5]:/e"

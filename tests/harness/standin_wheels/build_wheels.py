@@ -71,7 +71,13 @@ def cufile_wheels(vars_file: Path = VARS) -> list[tuple[str, str]]:
 
     names = block("__verify_runtime_cufile_wheel")
     rows = block("__verify_runtime_cufile_by_cuda")
-    return sorted({(names[cuda.split(".")[0]], f"{release}.0") for cuda, release in rows.items()})
+    # the stand-in CUDA packages' libcufile versions (what the simulated host has), so that the
+    # newest wheel of a release is the host's, as on PyPI for a current CUDA update
+    debs = (HERE.parent / "standin_repo" / "build_debs.py").read_text()
+    host = {f"{m[0]}.{m[1]}": m[2] for m in re.findall(
+        r'\("(\d+)-(\d+)", "[^"]*", "([0-9.]+)-\d+"', debs)}
+    return sorted({(names[cuda.split(".")[0]], host.get(cuda, f"{release}.0"))
+                   for cuda, release in rows.items()})
 
 
 def build_cufile_wheel(project: str, version: str, out_dir: Path) -> Path:

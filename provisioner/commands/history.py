@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from provisioner.commands.status import add_ledger_arguments
+from provisioner.commands.status import add_ledger_arguments, note_text, split_checks
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
@@ -45,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
         out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}")
                   + "\n")
         return int(Exit.USAGE)
-    headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING CHECKS / ERROR"]
+    headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING / WARNINGS / ERROR"]
     rows = []
     for r in records:
-        note = ", ".join(r["failing"]) if r["reachable"] else str(r["error"] or "")
+        note = (note_text(*split_checks(r)) if r["reachable"]
+                else str(r["error"] or ""))
         # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
         rows.append([printable(c) for c in (
             str(r["at"])[:19].replace("T", " "), str(r["run_id"]), node_result(r),

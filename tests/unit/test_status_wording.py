@@ -1,0 +1,70 @@
+"""``status`` and ``history`` word failures, warnings and drift each in their own words
+(issue 30 item 2): a compliant node with a warning is never listed as failing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.exitcodes import Exit
+from provisioner.store import Ledger
+from provisioner.verify.model import CheckResult, IoTestResult, NodeReport
+
+
+def _report(name: str, checks: list[CheckResult], compliant: bool) -> dict:
+    return NodeReport(
+        name=name, reachable=True, compliant=compliant, route="compat", checks=checks,
+        io_test=IoTestResult(path_taken="compat", verified=True, bytes=1 << 20, path="/mnt/gds",
+                             evidence={}, reason="compat"),
+        facts={},
+    ).to_dict()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "lab.sqlite"
+    ok = CheckResult("gpu.driver", "pass", "ok", "ok", "")
+    warn = CheckResult("fs.mount.nvme", "warn", "no NVMe mount", "nvme", "mount one")
+    fail = CheckResult("cufile.json", "fail", "missing", "present", "install it")
+    with Ledger.open(path) as led:
+        run = led.start_run("verify", "fleet")
+        led.record_verification(run, _report("lab-01", [ok, warn], True))
+        led.record_verification(run, _report("lab-02", [ok, warn, fail], False))
+        led.finish_run(run, "done")
+    return path
+
+
+def _lines(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, str]:
+    assert main(list(argv)) == Exit.OK
+    return {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.strip()}
+
+
+def test_status_words_a_warning_as_a_warning(ledger: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _lines(capsys, "status", "--ledger", str(ledger))
+    assert "FAILING / WARNINGS / DRIFT" in rows["NODE"]
+    assert rows["lab-01"].rstrip().endswith("warning: fs.mount.nvme")
+    assert "failing" not in rows["lab-01"]
+    assert rows["lab-02"].rstrip().endswith("failing: cufile.json; warning: fs.mount.nvme")
+
+
+def test_status_json_keeps_warnings_apart(ledger: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["status", "--ledger", str(ledger), "--json"]) == Exit.OK
+    nodes = {n["node"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert nodes["lab-01"]["failing"] == [] and nodes["lab-01"]["warnings"] == ["fs.mount.nvme"]
+    assert nodes["lab-02"]["failing"] == ["cufile.json"]
+
+
+def test_history_words_a_warning_as_a_warning(ledger: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = capsys
+    assert main(["history", "lab-01", "--ledger", str(ledger)]) == Exit.OK
+    text = out.readouterr().out
+    assert "FAILING / WARNINGS / ERROR" in text
+    assert text.splitlines()[-1].rstrip().endswith("warning: fs.mount.nvme")
+    assert "failing" not in text.splitlines()[-1]

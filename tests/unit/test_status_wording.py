@@ -68,3 +68,16 @@ def test_history_words_a_warning_as_a_warning(ledger: Path,
     assert "FAILING / WARNINGS / ERROR" in text
     assert text.splitlines()[-1].rstrip().endswith("warning: fs.mount.nvme")
     assert "failing" not in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv", [
+    ["status"], ["history", "lab-01"], ["report", "latest"], ["export", "env", "--node", "lab-01"],
+])
+def test_an_inventory_that_does_not_exist_is_exit_64(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-i inventories/lba`` (a typo) fell back to the default ledger with exit 0 (issue 30)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    code = main([*argv, "-i", str(tmp_path / "inventories" / "lba")])
+    assert code == Exit.USAGE
+    assert "does not exist" in capsys.readouterr().err

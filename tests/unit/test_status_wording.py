@@ -81,3 +81,14 @@ def test_an_inventory_that_does_not_exist_is_exit_64(
     code = main([*argv, "-i", str(tmp_path / "inventories" / "lba")])
     assert code == Exit.USAGE
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_bad_value_is_one_line_and_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    """``verify --parallel x`` printed 11 lines of usage before the error (issue 30)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--parallel", "x"])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("provisioner verify: error: argument --parallel")
+    assert lines[1] == "(see 'provisioner verify --help' for every option)"

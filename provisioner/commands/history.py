@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
     with open_read_only(location) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)
+        known = [] if records else [str(x["node"]) for x in ledger.latest()]
     if args.json:
         for r in records:
             r.pop("report", None)
@@ -42,8 +43,12 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.OK)
     out = sys.stdout
     if not records:
-        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}")
-                  + "\n")
+        import difflib
+
+        close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}"
+                            f"{hint}") + "\n")
         return int(Exit.USAGE)
     headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING / WARNINGS / ERROR"]
     rows = []

@@ -92,3 +92,10 @@ def test_a_bad_value_is_one_line_and_a_hint(capsys: pytest.CaptureFixture[str]) 
     assert len(lines) == 2, lines
     assert lines[0].startswith("provisioner verify: error: argument --parallel")
     assert lines[1] == "(see 'provisioner verify --help' for every option)"
+
+
+def test_history_of_an_unknown_node_suggests_the_close_one(
+        ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``history gdsfleet-lab-1`` could suggest ``gdsfleet-lab-01`` (issue 30)."""
+    assert main(["history", "lab-1", "--ledger", str(ledger)]) == Exit.USAGE
+    assert "did you mean lab-01" in capsys.readouterr().out

@@ -155,6 +155,8 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
         Console(file=out, markup=False, emoji=False, highlight=False).print(t)
         return
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
+    # the first line names the ledger read, as every command's does (issue 30)
+    out.write(printable(f"ledger {display_url(location)}") + "\n")
     for cells in [headers, *table]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")

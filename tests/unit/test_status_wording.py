@@ -99,3 +99,9 @@ def test_history_of_an_unknown_node_suggests_the_close_one(
     """``history gdsfleet-lab-1`` could suggest ``gdsfleet-lab-01`` (issue 30)."""
     assert main(["history", "lab-1", "--ledger", str(ledger)]) == Exit.USAGE
     assert "did you mean lab-01" in capsys.readouterr().out
+
+
+def test_status_names_its_ledger_on_the_first_line(
+        ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--ledger", str(ledger)]) == Exit.OK
+    assert capsys.readouterr().out.splitlines()[0] == f"ledger {ledger}"

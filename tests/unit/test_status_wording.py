@@ -105,3 +105,13 @@ def test_status_names_its_ledger_on_the_first_line(
         ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--ledger", str(ledger)]) == Exit.OK
     assert capsys.readouterr().out.splitlines()[0] == f"ledger {ledger}"
+
+
+def test_export_env_of_a_node_never_verified_is_an_error(
+        ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``export env --node gdsfleet-lab-01`` against a ledger that never saw it printed
+    ``export KVIKIO_COMPAT_MODE=ON`` with exit 0 (issue 30)."""
+    assert main(["export", "env", "--ledger", str(ledger), "--node", "gdsfleet-lab-01"]) \
+        == Exit.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and "never verified in the ledger" in err and str(ledger) in err

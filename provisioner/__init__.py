@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def lazy_attribute(namespace: dict[str, Any], table: Mapping[str, str], name: str) -> Any:

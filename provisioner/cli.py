@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from provisioner import __version__
 from provisioner.commands import COMMANDS
@@ -35,13 +36,22 @@ _HELP = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad value is one line and a hint, not the whole usage first
+    (``verify --parallel x`` printed 11 lines of usage before its error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n"
+                     f"(see '{self.prog} --help' for every option)\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser. Given ``only``, the first word of the command line, only the
     module of the command it names is imported and given its options (the others are listed,
     with their one-line help; a word that is no command imports none), so a command does not
     pay for every other command's imports (``verify`` alone brings the verification and
     report packages). Without it every command is complete."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="provisioner",
         description="Roll out and verify GPUDirect Storage across bare-metal GPU fleets.",
     )

@@ -115,7 +115,7 @@ The simulated lab is still up (provisioner rollout exited $rc; reports in .lab/r
   verify the nodes yourself:       .venv/bin/provisioner verify -i inventories/lab$limit_shown
   the ledger, node by node:        .venv/bin/provisioner status --ledger .lab/ledger.sqlite
                                    .venv/bin/provisioner history gdsfleet-lab-01 --ledger .lab/ledger.sqlite
-  tear the lab down:               CONTAINERS_CONF=$CONTAINERS_CONF .venv/bin/python -m tests.harness.lab down
+  tear the lab down:               CONTAINERS_CONF=tests/harness/containers.conf .venv/bin/python -m tests.harness.lab down
 (remember: a SIMULATION - containers with stand-in hardware, not GPU nodes)
 EOF
 exit "$rc"

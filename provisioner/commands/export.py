@@ -503,6 +503,10 @@ def run_env(args: argparse.Namespace) -> int:
     parse_age(args.max_age)
     names, hostvars = _select(args)
     (st,), shown = _states(args, names)
+    if st.record is None:
+        # an error, not a default: a typo or the wrong ledger must not print a job's settings
+        raise UsageError(f"{st.node}: {st.reason} (or pass the ledger that verified it: "
+                         f"--ledger, or -i its inventory); nothing printed")
     env, notes = job_environment(st, hostvars.get(st.node) or {},
                                  allow_fallback=args.allow_fallback)
     env, refused = safe_env(env, args.format)

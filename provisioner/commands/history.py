@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from provisioner.commands.status import add_ledger_arguments
+from provisioner.commands.status import add_ledger_arguments, note_text, split_checks
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
     with open_read_only(location) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)
+        known = [] if records else [str(x["node"]) for x in ledger.latest()]
     if args.json:
         for r in records:
             r.pop("report", None)
@@ -49,13 +50,18 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.OK)
     out = sys.stdout
     if not records:
-        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}")
-                  + "\n")
+        import difflib
+
+        close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}"
+                            f"{hint}") + "\n")
         return int(Exit.USAGE)
-    headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING CHECKS / ERROR"]
+    headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING / WARNINGS / ERROR"]
     rows = []
     for r in records:
-        note = ", ".join(r["failing"]) if r["reachable"] else str(r["error"] or "")
+        note = (note_text(*split_checks(r)) if r["reachable"]
+                else str(r["error"] or ""))
         # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
         rows.append([printable(c) for c in (
             str(r["at"])[:19].replace("T", " "), str(r["run_id"]), node_result(r),

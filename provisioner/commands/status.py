@@ -60,7 +60,7 @@ def proof_refused(x: dict[str, Any]) -> str | None:
 
 def _row(x: dict[str, Any]) -> dict[str, Any]:
     result = node_result(x)
-    failing = list(x["failing"])
+    failing, warnings = split_checks(x)
     refused = proof_refused(x) if result == RESULT_COMPLIANT else None
     if refused:
         # Recorded as compliant on a proof that proves nothing today: not compliant.
@@ -75,11 +75,33 @@ def _row(x: dict[str, Any]) -> dict[str, Any]:
         "route": x["route"],
         "path_taken": x["path_taken"],
         "failing": failing,
+        "warnings": warnings,
         "error": x["error"],
         "drift": x["drift"],
         "last_compliant_at": (x["baseline"] or {}).get("at")
         if x["compliant"] is False or refused else x["at"],
     }
+
+
+def split_checks(x: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A record's failing checks and its warnings, apart: a warning leaves a node compliant and
+    is never shown as a failure (``verify`` words them the same way)."""
+    checks = x.get("checks") or []
+    failing = sorted(str(c["id"]) for c in checks if c.get("status") == "fail")
+    warnings = sorted(str(c["id"]) for c in checks if c.get("status") == "warn")
+    return failing, warnings
+
+
+def note_text(failing: list[str], warnings: list[str], drift: list[str] | None = None) -> str:
+    """``failing: a, b; warning: c; drift: ...``: each kind in its own words."""
+    parts = []
+    if failing:
+        parts.append("failing: " + ", ".join(failing))
+    if warnings:
+        parts.append(("warnings: " if len(warnings) > 1 else "warning: ") + ", ".join(warnings))
+    if drift:
+        parts.append("drift: " + "; ".join(drift))
+    return "; ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,14 +128,16 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
     if not rows:
         out.write(f"no verifications recorded in {display_url(location)}\n")
         return
-    headers = ["", "NODE", "RESULT", "ROUTE", "I/O PATH", "VERIFIED AT", "FAILING / DRIFT"]
+    headers = ["", "NODE", "RESULT", "ROUTE", "I/O PATH", "VERIFIED AT",
+               "FAILING / WARNINGS / DRIFT"]
     table = []
     for r in rows:
-        note = "; ".join(r["drift"]) if r["drift"] else ", ".join(r["failing"])
+        note = note_text(r["failing"], r.get("warnings") or [], r["drift"])
         if r.get("proof_refused"):
             note = f"{note}; {r['proof_refused']}" if note else str(r["proof_refused"])
-        if r["result"] == "UNREACHABLE" and not r["drift"]:
-            note = str(r["error"] or "")
+        if r["result"] == "UNREACHABLE":
+            note = "; ".join(p for p in (str(r["error"] or ""),
+                                         note_text([], [], r["drift"])) if p)
         # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
         table.append([printable(c) for c in (
             "!" if r["drift"] else " ", str(r["node"]), r["result"], str(r["route"] or "-"),
@@ -135,6 +159,8 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
         Console(file=out, markup=False, emoji=False, highlight=False).print(t)
         return
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
+    # the first line names the ledger read, as every command's does (issue 30)
+    out.write(printable(f"ledger {display_url(location)}") + "\n")
     for cells in [headers, *table]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")

@@ -39,7 +39,17 @@ def default_ledger(inventory: str | os.PathLike[str] | None = None) -> str:
 def resolve_ledger(
     explicit: str | None, inventory: str | os.PathLike[str] | None = None
 ) -> str:
-    """``--ledger`` first, then ``$GDSFLEET_LEDGER``, then :func:`default_ledger`."""
+    """``--ledger`` first, then ``$GDSFLEET_LEDGER``, then :func:`default_ledger`.
+
+    The same rule for every command; an ``-i`` inventory that does not exist is refused here
+    (exit 64) for every command alike, never silently replaced by the default ledger.
+    """
+    if inventory is not None and not Path(inventory).expanduser().exists():
+        from provisioner.errors import UsageError
+
+        raise UsageError(
+            f"inventory {str(inventory)!r} does not exist; pass -i with an inventory file or "
+            f"directory (for the simulated lab: inventories/lab)")
     return explicit or os.environ.get(ENV_LEDGER) or default_ledger(inventory)
 
 

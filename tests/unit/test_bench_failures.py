@@ -151,3 +151,32 @@ def test_bench_verify_with_nodes_not_compliant_prints_no_figure(
     assert "FAILED" in str(exc.value.code)
     out = capsys.readouterr().out
     assert "verify(N)/verify(1)" not in out and "target:" not in out
+
+
+def test_bench_overhead_prints_no_row_when_a_run_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """issue 31: a failed raw run stops bench_overhead before any table is printed."""
+    mod = _load("bench_overhead")
+
+    def failing(argv: list[str], env: dict[str, str], log: Path, timeout: float) -> Any:
+        log.write_text("PLAY RECAP\nh00000 : ok=1 changed=0 unreachable=0 failed=1\n")
+        raise mod.BenchFailed(f"{log}: exit status 2")
+
+    monkeypatch.setattr(mod, "measure", failing)
+    assert mod.main(["--hosts", "3", "--forks", "2"]) == 1
+    out = capsys.readouterr()
+    assert "wall s" not in out.out and "BENCH FAILED" in out.err
+
+
+def test_bench_overhead_recap_check_wants_every_host_ok_3(tmp_path: Path) -> None:
+    """A recap that shows a host failed (or missing) is a failed run, exit status 0 or not."""
+    mod = _load("bench_overhead")
+    log = tmp_path / "raw.log"
+    log.write_text("h00000 : ok=3 changed=0 unreachable=0 failed=0 skipped=0\n"
+                   "\x1b[0;31mh00001\x1b[0m : ok=1 changed=0 unreachable=0 failed=1 skipped=0\n")
+    with pytest.raises(mod.BenchFailed):
+        mod.check_recap(log, ["h00000", "h00001"])
+    with pytest.raises(mod.BenchFailed):
+        mod.check_recap(log, ["h00000", "h00002"])
+    mod.check_recap(log, ["h00000"])

@@ -1,0 +1,239 @@
+"""Orchestrator overhead benchmark (issue 31, not a test): one serial play run three ways.
+
+At N hosts (names only, ``ansible_connection: local``), a 3-task play (command, set_fact,
+command), the same batches (1, N/10, the rest) and the same forks, this prints, from ONE run
+of this script, three rows with wall time and user/sys CPU of the whole process tree
+(``os.wait4``'s rusage of the child and every descendant it reaped) and their ratios to raw:
+
+1. raw ``ansible-playbook`` of the play with ``serial: [1, N/10, 100%]``;
+2. the same serial play through ``ansible_runner.run()`` with stock settings (what AWX uses);
+3. ``provisioner rollout --no-verify --waves 1,N/10,100%`` of the play without ``serial``
+   (the rollout makes the waves itself), with ``--executor local``.
+
+    .venv/bin/python bench/bench_overhead.py --hosts 500 2000 --forks 50
+    .venv/bin/python bench/bench_overhead.py --hosts 50 --forks 10 --json overhead.json
+
+On a shared machine the wall times say little; the CPU columns are what to compare. A run
+that fails prints no figure: a non-zero exit status, a recap or event count that does not show
+every host ok on each of the 3 tasks, or a rollout ledger without every host's final ok step
+stops the benchmark with exit status 1 and the run's log named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TASKS = """\
+  tasks:
+    - name: Runs a command
+      ansible.builtin.command: "true"
+      changed_when: false
+    - name: Sets a fact
+      ansible.builtin.set_fact:
+        bench_mark: "{{ inventory_hostname }} done"
+    - name: Runs another command
+      ansible.builtin.command: "echo {{ bench_mark }}"
+      changed_when: false
+"""
+
+
+class BenchFailed(Exception):
+    """A measured run did not do what it measures: no figure may be printed."""
+
+
+def batches(n: int) -> tuple[int, int]:
+    """(first, second) batch: 1, then a tenth of the fleet (200 of 2,000), then the rest."""
+    return 1, max(1, n // 10)
+
+
+def play_text(serial: str | None) -> str:
+    head = "- name: Overhead bench\n  hosts: all\n  gather_facts: false\n"
+    if serial:
+        head += f"  serial: {serial}\n"
+    return head + TASKS
+
+
+def write_inventory(path: Path, n: int) -> list[str]:
+    hosts = [f"h{i:05d}" for i in range(n)]
+    path.write_text("\n".join(["[fleet]", *hosts, "", "[all:vars]", "ansible_connection=local",
+                               f"ansible_python_interpreter={sys.executable}"]) + "\n")
+    return hosts
+
+
+def child_env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GDSFLEET_", "ANSIBLE_"))}
+    env.update(HOME=str(root), PYTHONPATH=str(REPO), ANSIBLE_HOST_KEY_CHECKING="False")
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    if os.environ.get("ANSIBLE_COLLECTIONS_PATH"):
+        env["ANSIBLE_COLLECTIONS_PATH"] = os.environ["ANSIBLE_COLLECTIONS_PATH"]
+    return env
+
+
+def measure(argv: list[str], env: dict[str, str], log: Path,
+            timeout: float) -> tuple[float, float, float]:
+    """(wall s, user s, sys s) of ``argv`` and all it reaped; a non-zero exit raises."""
+    with log.open("wb") as out:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, cwd=str(log.parent))
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - t0 > timeout:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                raise BenchFailed(f"{log}: no end within {timeout:.0f} s")
+            time.sleep(0.05)
+        wall = time.monotonic() - t0
+    proc.returncode = rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
+        raise BenchFailed(f"{log}: exit status {rc}; it ends:\n{tail}")
+    return wall, ru.ru_utime, ru.ru_stime
+
+
+ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+RECAP = re.compile(rb"^(h\d{5})\s+:\s+ok=(\d+)\s.*failed=(\d+)", re.M)
+
+
+def check_recap(log: Path, hosts: list[str]) -> None:
+    """Every host in the recap with ok=3 and failed=0."""
+    text = ANSI.sub(b"", log.read_bytes())
+    seen = {m.group(1).decode(): (int(m.group(2)), int(m.group(3)))
+            for m in RECAP.finditer(text)}
+    bad = [h for h in hosts if seen.get(h) != (3, 0)]
+    if bad:
+        raise BenchFailed(f"{log}: {len(bad)} of {len(hosts)} hosts not ok=3 failed=0 in the "
+                          f"recap, e.g. {bad[0]}: {seen.get(bad[0])}")
+
+
+RUNNER_CHILD = """\
+import sys, ansible_runner
+r = ansible_runner.run(private_data_dir=sys.argv[1], playbook=sys.argv[2],
+                       inventory=sys.argv[3], forks=int(sys.argv[4]), ident="bench")
+print("RUNNER", r.status, r.rc)
+sys.exit(0 if (r.status, r.rc) == ("successful", 0) else 1)
+"""
+
+
+def run_raw(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str],
+            hosts: list[str], timeout: float) -> dict[str, Any]:
+    log = work / "raw.log"
+    wall, user, sys_ = measure([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                                str(inv), "-f", str(forks), str(play)], env, log, timeout)
+    check_recap(log, hosts)
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_}
+
+
+def run_runner(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str],
+               hosts: list[str], timeout: float) -> dict[str, Any]:
+    pdd = work / "runner"
+    (pdd / "project").mkdir(parents=True)
+    log = work / "runner.log"
+    wall, user, sys_ = measure([sys.executable, "-c", RUNNER_CHILD, str(pdd), str(play),
+                                str(inv), str(forks)], env, log, timeout)
+    check_recap(pdd / "artifacts" / "bench" / "stdout", hosts)
+    events = sum(1 for _ in (pdd / "artifacts" / "bench" / "job_events").glob("*.json"))
+    if events < len(hosts) * 3 * 2:
+        raise BenchFailed(f"{pdd}: {events} event files, fewer than 2 per task and host")
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_, "event_files": events}
+
+
+def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str],
+                hosts: list[str], timeout: float) -> dict[str, Any]:
+    from bench.bench_exec_scale import _provisioned_ok
+    from provisioner.store import Ledger
+
+    first, second = batches(len(hosts))
+    ledger = work / "ledger.db"
+    (work / "known_hosts").write_text("")
+    log = work / "rollout.log"
+    wall, user, sys_ = measure(
+        [sys.executable, "-m", "provisioner", "rollout", "-i", str(inv), "--playbook",
+         str(play), "--no-verify", "--waves", f"{first},{second},100%", "-f", str(forks),
+         "--ledger", str(ledger), "--known-hosts", str(work / "known_hosts"),
+         "--ssh-config", "none", "-q"], env, log, timeout)
+    with Ledger.open(ledger) as led:
+        runs = led.runs(kind="rollout", limit=1)
+        if not runs:
+            raise BenchFailed(f"{ledger}: no rollout recorded")
+        steps = led.node_steps(runs[0]["id"])
+    bad = sorted(h for h in hosts if not _provisioned_ok(steps.get(h)))
+    if bad:
+        raise BenchFailed(f"{ledger}: {len(bad)} of {len(hosts)} hosts lack a final ok step, "
+                          f"e.g. {bad[0]}: {steps.get(bad[0])}")
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_}
+
+
+def one_size(root: Path, n: int, forks: int, timeout: float) -> dict[str, Any]:
+    work = root / f"n{n}"
+    work.mkdir()
+    inv = work / "hosts.ini"
+    hosts = write_inventory(inv, n)
+    first, second = batches(n)
+    serial_play = work / "serial.yml"
+    serial_play.write_text(play_text(f"[{first}, {second}, '100%']"))
+    plain_play = work / "play.yml"
+    plain_play.write_text(play_text(None))
+    env = child_env(root)
+    rows: dict[str, Any] = {}
+    for name, fn, play in (("raw", run_raw, serial_play), ("runner", run_runner, serial_play),
+                           ("provisioner", run_rollout, plain_play)):
+        d = work / name
+        d.mkdir()
+        print(f"n={n}: {name} ...", file=sys.stderr, flush=True)
+        rows[name] = fn(d, inv, play, forks, env, hosts, timeout)
+    return {"hosts": n, "forks": forks, "batches": [first, second, n - first - second],
+            "rows": rows}
+
+
+def print_table(res: dict[str, Any]) -> None:
+    raw = res["rows"]["raw"]
+    raw_cpu = raw["user_s"] + raw["sys_s"]
+    print(f"\n{res['hosts']} hosts, forks {res['forks']}, batches {res['batches']}")
+    print(f"{'run':<12} {'wall s':>8} {'user s':>8} {'sys s':>8} {'cpu s':>8} "
+          f"{'wall x':>7} {'cpu x':>7}")
+    for name, r in res["rows"].items():
+        cpu = r["user_s"] + r["sys_s"]
+        print(f"{name:<12} {r['wall_s']:8.2f} {r['user_s']:8.2f} {r['sys_s']:8.2f} {cpu:8.2f} "
+              f"{r['wall_s'] / raw['wall_s']:7.3f} {cpu / raw_cpu:7.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, nargs="+", default=[500])
+    ap.add_argument("--forks", type=int, default=50)
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds one run may take before the bench fails")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gdsfleet-overhead-") as tmp:
+        try:
+            for n in args.hosts:
+                results.append(one_size(Path(tmp), n, args.forks, args.timeout))
+        except BenchFailed as exc:
+            print(f"BENCH FAILED (no figure): {exc}", file=sys.stderr)
+            return 1
+    for res in results:
+        print_table(res)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

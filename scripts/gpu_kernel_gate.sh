@@ -28,13 +28,15 @@ printf -- '- hosts: all\n  become: true\n  gather_facts: false\n  roles: [gdsfle
 # the role, check mode, the running kernel (the gate's default would be the next boot)
 ansible-playbook -i "$inv" --check -e kernel_gate_kernel="$(uname -r)" "$OUT/play.yml" \
   > "$OUT/gate-role.txt" 2>&1
-echo "role (check mode, kernel $(uname -r)) exit $?" | tee -a "$OUT/summary.txt"
+rc=$?  # before any other expansion: $(uname -r) in the echo below would reset $?
+echo "role (check mode, kernel $(uname -r)) exit $rc" | tee -a "$OUT/summary.txt"
 grep -E "Kernel gate (PASSED|FAILED)" "$OUT/gate-role.txt" | head -2 | cut -c1-600 | tee -a "$OUT/summary.txt"
 # the module alone: every check's reason and fix as JSON
 ANSIBLE_STDOUT_CALLBACK=ansible.posix.json ANSIBLE_LOAD_CALLBACK_PLUGINS=1 \
   ansible all -i "$inv" -C -m gdsfleet.gds.kernel_gate -a "kernel=$(uname -r)" \
   > "$OUT/gate-module.json" 2>&1
-echo "module (check mode) exit $?" | tee -a "$OUT/summary.txt"
+rc=$?
+echo "module (check mode) exit $rc" | tee -a "$OUT/summary.txt"
 python3 - "$OUT/gate-module.json" >> "$OUT/summary.txt" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))

@@ -75,7 +75,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "nop2pdma": (
         "p2pdma route on a kernel without P2PDMA",
-        ("gds_route is p2pdma", "p2pdma_pgmap_ops is not in /proc/kallsyms",
+        ("gds_route is p2pdma", "nor pci_p2pdma_add_resource is in /proc/kallsyms",
          "CONFIG_PCI_P2PDMA", "or use gds_route nvfs"),
     ),
 }

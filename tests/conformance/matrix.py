@@ -37,7 +37,7 @@ AXES: dict[str, tuple[Any, ...]] = {
     "driver": ("open", "proprietary"),
     "nvidia_fs": ("2.17.5", "2.25.7", "2.26.6", "2.28.4", None),
     "nvme_registration": ("v1", "v2", "rdma", "none", "mismatched"),
-    "storage": ("local-nvme", "raid0", "nvmeof-rdma", "nvmeof-tcp"),
+    "storage": ("local-nvme", "raid0", "nvmeof-rdma", "nvmeof-tcp", *simnode.NETFS),
     "kernel": ("6.8", "6.17", "os"),
 }
 # The deployment x OS x route pairs NVIDIA supports, each covered by a profile whose verdict is
@@ -79,7 +79,13 @@ def inventory(profile: dict[str, Any], m: dict[str, Any]) -> dict[str, Any]:
         inv["nvmeof_targets"] = [{"address": "192.168.100.10",
                                   "transport": ax["storage"].split("-", 1)[1],
                                   "nqn": "nqn.2026-01.io.gdsfleet:nvme0"}]
-    else:
+    elif ax["storage"] == "nfs-rdma":  # what roles/netfs mounts (it refuses NFS over TCP)
+        server, export = m["mount"]["source"].rsplit(":", 1)
+        vers = next((o.split("=", 1)[1] for o in m["mount"]["options"].split(",")
+                     if o.startswith("vers=")), "3")
+        inv["netfs_nfs_mounts"] = [{"path": m["mount"]["target"], "server": server,
+                                    "export": export, "vers": vers}]
+    elif ax["storage"] not in simnode.NETFS:
         inv["nvme_devices"] = [f"/dev/{n}" for n in m["namespaces"]]
     inv.update(profile.get("inventory") or {})
     return inv

@@ -103,6 +103,21 @@ def _pkg_lines(fmt_rpm: bool) -> str:
     return "".join(rows)
 
 
+# the node model's keys for gdscheck's --rdma lines (DRIVER CONFIGURATION, after the
+# filesystems' lines: tests/fixtures/gdscheck/netfs-gds-1.10.0.4_nfs-supported.yml)
+_RDMA_LINES = (("rdma_library", "--rdma library"), ("rdma_devices", "--rdma devices"),
+               ("rdma_device_status", "--rdma_device_status"))
+
+
+def _gdscheck_netfs(g: dict[str, Any]) -> str:
+    """A network filesystem's DRIVER CONFIGURATION line per key (``NFS : Supported``), then the
+    ``--rdma library`` / ``--rdma devices`` / ``--rdma_device_status`` lines."""
+    net = dict(g.get("netfs") or {})
+    rdma = {label: net.pop(key) for key, label in _RDMA_LINES if key in net}
+    return ("".join(f" {k:<18} : {v}\n" for k, v in net.items())
+            + "".join(f" {k:<21} : {v}\n" for k, v in rdma.items()))
+
+
 def _gdscheck() -> str:
     g = NODE["gdscheck"]
     if g.get("format") == "modes":  # GDS 1.16.0.49: the modes a path can take, no P2PDMA line
@@ -123,7 +138,7 @@ def _gdscheck() -> str:
             " ============\n =====================\n DRIVER CONFIGURATION:\n"
             " =====================\n"
             f" NVMe P2PDMA        : {g['p2pdma']}\n NVMe               : {g['nvme']}\n"
-            f" NVMeOF             : {g['nvmeof']}\n"
+            f" NVMeOF             : {g['nvmeof']}\n" + _gdscheck_netfs(g) +
             " =========\n GPU INFO:\n =========\n GPU index 0 NVIDIA H100 80GB HBM3 bar:1 bar "
             "size (MiB):131072 supports GDS, IOMMU State: Disabled\n ==============\n"
             " PLATFORM INFO:\n ==============\n IOMMU: disabled\n"

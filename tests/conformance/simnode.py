@@ -47,6 +47,13 @@ CUDA = {"12.8": ("12-8", "1.13.1"), "12.9": ("12-9", "1.14.1"), "13.0": ("13-0",
 DRIVER_VERSION = "580.95.05"
 NVME_V1, NVME_V2 = "nvme_v1_register_nvfs_dma_ops", "nvme_v2_register_nvfs_dma_ops"
 NVME_RDMA = "nvme_rdma_v1_register_nvfs_dma_ops"
+# storage axis values that are network filesystems (provisioner/verify/netfs.py): no NVMe under
+# the mount; the profile's node.netfs_mount says what is mounted (fstype, source, options)
+NETFS = ("nfs-rdma", "nfs-tcp", "lustre", "gpfs", "wekafs", "beegfs")
+NETFS_DEVNO = "0:50"
+# per-mount (VFS) flags: mountinfo's field 6; everything else is the superblock's
+VFS_FLAGS = ("rw", "ro", "noatime", "relatime", "strictatime", "nodiratime", "nosuid", "nodev",
+             "noexec")  # an anonymous device number, as the kernel gives a network mount
 
 
 def _vt(v: str) -> tuple[int, ...]:
@@ -117,16 +124,22 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         pkg("mlnx-nvme-dkms", "25.07")
         ofed = "OFED-internal-25.07-0.9.7"
     # storage: the GDS mount and the NVMe controllers under it
-    transport = {"local-nvme": "pcie", "raid0": "pcie", "nvmeof-rdma": "rdma",
-                 "nvmeof-tcp": "tcp"}[storage]
-    if storage == "raid0":
+    mount: dict[str, Any] = {"target": "/mnt/gds", "fstype": "xfs", "options": "rw,noatime"}
+    if storage in NETFS:
+        net = over.get("netfs_mount") or {}
+        ctrls, namespaces, md = {}, {}, {}
+        mount.update(source=str(net["source"]), devno=NETFS_DEVNO, fstype=str(net["fstype"]),
+                     options=str(net["options"]))
+    elif storage == "raid0":
         ctrls = {"nvme0": "pcie", "nvme1": "pcie"}
-        source, devno = "/dev/md127", "9:127"
+        mount.update(source="/dev/md127", devno="9:127")
         namespaces = {"nvme0n1": "259:0", "nvme1n1": "259:1"}
         md = {"md127": {"dev": "9:127", "slaves": ["nvme0n1", "nvme1n1"]}}
     else:
-        ctrls = {"nvme0": transport}
-        source, devno, namespaces, md = "/dev/nvme0n1", "259:0", {"nvme0n1": "259:0"}, {}
+        ctrls = {"nvme0": {"local-nvme": "pcie", "nvmeof-rdma": "rdma",
+                           "nvmeof-tcp": "tcp"}[storage]}
+        mount.update(source="/dev/nvme0n1", devno="259:0")
+        namespaces, md = {"nvme0n1": "259:0"}, {}
     lsblk_devs: list[dict[str, Any]] = [{"name": "sda", "tran": "sata", "type": "disk",
                                          "children": [{"name": "sda1", "mountpoint": "/"}]}]
     for ns in namespaces:
@@ -154,7 +167,10 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
                                            and p2p_kernel else "Unsupported"),
                     "nvme": over.get("gdscheck_nvme", "Supported" if nvme_ok else "Unsupported"),
                     "nvmeof": "Supported" if nvfs and rdma_patched else "Unsupported",
-                    "format": over.get("gdscheck_format", "lines")}
+                    "format": over.get("gdscheck_format", "lines"),
+                    # a network filesystem's lines and the --rdma lines (netfs profiles)
+                    "netfs": {str(k): str(v) for k, v in
+                              (over.get("gdscheck_netfs") or {}).items()}}
     commands = ["lsblk", "mokutil", "ldconfig", "modprobe"]
     commands += ["dpkg-query"] if manager == "dpkg" else ["rpm", "grubby"]
     if not operator:
@@ -192,7 +208,7 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         "dkms": ([f"nvidia-fs/{nvfs}"] + (["mlnx-nvme/25.07"] if ofed else []))
         if nvfs and not operator else [],
         "storage": storage, "controllers": ctrls, "namespaces": namespaces, "md": md,
-        "mount": {"source": source, "devno": devno, "target": "/mnt/gds", "fstype": "xfs"},
+        "mount": mount,
         "devices": {f"/dev/{k}": v for k, v in namespaces.items()},
         "lsblk": {"blockdevices": lsblk_devs}, "cufile_json": cufile_json,
         "gdscheck": gdscheck, "cuda_dir": cuda_dir, "libcufile": libcufile,
@@ -251,10 +267,15 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
     w("/etc/modprobe.d/blacklist.conf", "blacklist nouveau\n")
     mt = m["mount"]
     w("/proc/self/mounts", "/dev/sda1 / ext4 rw,relatime 0 0\nproc /proc proc rw 0 0\n"
-      f"{mt['source']} {mt['target']} {mt['fstype']} rw,noatime 0 0\n")
+      f"{mt['source']} {mt['target']} {mt['fstype']} {mt['options']} 0 0\n")
+    # mountinfo splits them as the kernel does: the VFS flags per mount (field 6), the rest
+    # (an NFS mount's vers=, proto=, port=...) after the separator with the superblock's rw/ro
+    opts = mt["options"].split(",")
+    vfs = [o for o in opts if o in VFS_FLAGS]
+    sb = [o for o in opts if o in ("rw", "ro")] + [o for o in opts if o not in VFS_FLAGS]
     w("/proc/self/mountinfo", "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
-      f"36 22 {mt['devno']} / {mt['target']} rw,noatime shared:2 - {mt['fstype']} "
-      f"{mt['source']} rw\n")
+      f"36 22 {mt['devno']} / {mt['target']} {','.join(vfs)} shared:2 - {mt['fstype']} "
+      f"{mt['source']} {','.join(sb)}\n")
     (root / "mnt" / "gds").mkdir(parents=True, exist_ok=True)
     for ctrl, tr in m["controllers"].items():
         base = f"/sys/class/nvme/{ctrl}"

@@ -166,3 +166,18 @@ def test_export_env_gives_the_network_mount_like_a_local_one(
     assert code == Exit.OK, out
     assert "export KVIKIO_COMPAT_MODE=OFF" in out
     assert "export GDSFLEET_GDS_MOUNT=/mnt/gds" in out
+
+
+def test_verify_yml_judges_the_same_network_filesystems_on_the_same_gdscheck_lines() -> None:
+    # playbooks/verify.yml keeps its own mount type -> gdscheck line table (Jinja cannot import
+    # netfs.py): it must name every type netfs.py knows, on the same DRIVER CONFIGURATION line,
+    # and its mount-type assertion must accept them
+    root = Path(__file__).resolve().parents[2]
+    play = yaml.safe_load((root / "playbooks" / "verify.yml").read_text())[0]
+    table = play["vars"]["__netfs_gdscheck_line"]
+    assert table == {k: v.gdscheck_line for k, v in netfs.NETWORK_FILESYSTEMS.items()}
+    task = next(t for t in play["tasks"]
+                if t["name"] == "Assert the GDS filesystem is mounted the way GDS accepts")
+    accepted = task["ansible.builtin.assert"]["that"][1]
+    for fstype in netfs.NETWORK_FILESYSTEMS:
+        assert f"'{fstype}'" in accepted, fstype

@@ -14,6 +14,10 @@ by ``--ledger`` or ``$GDSFLEET_LEDGER``, and private key material in error texts
 * :func:`redact_mapping` masks a JSON-like document (ledger run arguments, reports): values of
   secret-named keys become ``<redacted>``, strings go through :func:`redact_text`.
 * :func:`display_url` is a URL or path fit to print.
+
+One piece: the registry of secrets, the linear scans that find them in text and the walk
+that masks them in documents share one registry and one rule for what may be masked (keys,
+enumerated words and numbers never); split, a writer could take one half without the other.
 """
 
 from __future__ import annotations

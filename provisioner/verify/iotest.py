@@ -23,6 +23,9 @@ Path decision (docs/checks.md, ``io.direct_path``):
   worked; or the direct attempt "worked" while the nvidia-fs counters did not cover its bytes, or
   cuFile's own log says it used compat mode (cuFile fell back on its own).
 * ``failed``: no attempt moved the data correctly (or the data read back differed).
+
+One piece: the remote command, the reading of its document and the path judgment rest on
+one document's fields; every field is hostile, and one module keeps their bounds together.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ under the shard's deadline and a sweep by token follows it (:mod:`.fence`). A sh
 ends without a final result is fenced and its hosts sent once to a surviving execution node, in
 the shard's own thread (:mod:`.recover`). The stream reader and the dispatch record are in
 :mod:`.stream`, the exec inventory in :mod:`.nodes`.
+
+One piece: one shard's dispatch (its process, its stream, its bounds and the outcome logic
+that reads them) is one function's lifetime; the stream reader and the dispatch record are
+already in :mod:`.stream`, the exec inventory in :mod:`.nodes`.
 """
 
 from __future__ import annotations

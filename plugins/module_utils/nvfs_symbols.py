@@ -136,4 +136,3 @@ def kernel_pairing(nvfs_version, kernel_release):
     if len(have) < 2:
         return {"ok": None, "floor": text}
     return {"ok": have >= _numbers(version), "floor": text}
-

@@ -43,7 +43,7 @@ apt-get $APT update -qq >/dev/null 2>&1
 DEBIAN_FRONTEND=noninteractive apt-get $APT install -y -qq --no-install-recommends \
   dkms linux-headers-$(uname -r) doca-ofed mlnx-nvme-dkms >/dev/null 2>&1
 rm -f $L
-grep -qw nvme_v1_register_nvfs_dma_ops /proc/kallsyms
+grep -qwE 'nvme_v[12]_register_nvfs_dma_ops' /proc/kallsyms
 """
 
 

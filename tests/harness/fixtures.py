@@ -425,6 +425,9 @@ def run_verify_runtime_role(inventory: str | Mapping[str, Mapping[str, Any]], re
     variables: dict[str, Any] = {"verify_runtime_source": "index",
                                  "verify_runtime_index_url": f"{repo.base_url}/pypi/simple",
                                  "verify_runtime_cuda_major": "12",
+                                 # the lab's CUDA (roles/cuda's default): the role pins the
+                                 # cuFile wheel to it where a node has no libcufile package
+                                 "cuda_version": "12.9",
                                  "verify_runtime_lock_timeout": 60,
                                  "ansible_python_interpreter": "/usr/bin/python3"}
     variables.update(role_vars)

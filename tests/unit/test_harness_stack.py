@@ -78,7 +78,7 @@ def test_packages_and_dkms(node) -> None:
     # nvidia-fs is not pinned here, so it floats to the newest in the repository
     assert f"nvidia-fs/2.26.6, {kr}, x86_64: installed" in status.splitlines()
     assert node.exec("ofed_info -s").stdout.strip() == "OFED-internal-25.07-0.9.7:"
-    assert node.exec("grep -w nvme_v1_register_nvfs_dma_ops /proc/kallsyms").returncode == 0
+    assert node.exec("grep -wE 'nvme_v[12]_register_nvfs_dma_ops' /proc/kallsyms").returncode == 0
     assert node.exec("readlink -f /usr/local/cuda").stdout.strip() == "/usr/local/cuda-12.9"
     assert "// NOTE" in node.read("/etc/cufile.json")  # NVIDIA-style, with comments
     assert node.exec("dpkg-query -W -f='${Version}' libcufile-12-9").stdout == "1.14.1.1-1"
@@ -175,7 +175,7 @@ def test_reboot_applies_boot_config(node) -> None:
     node.reboot()
     assert node.read("/sys/module/nvme_core/parameters/multipath").strip() == "N"
     assert node.read("/sys/module/nvidia_fs/parameters/rw_stats_enabled").strip() == "1"
-    assert node.exec("grep -w nvme_v1_register_nvfs_dma_ops /proc/kallsyms").returncode == 0
+    assert node.exec("grep -wE 'nvme_v[12]_register_nvfs_dma_ops' /proc/kallsyms").returncode == 0
     # the "NVMe" survives: mount it again
     node.exec("mount /dev/nvme0n1 /mnt/gds && test -f /mnt/gds/t.bin")
 

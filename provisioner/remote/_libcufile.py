@@ -7,8 +7,9 @@ process first, then the virtual environment's NVIDIA wheels (``nvidia-cufile``),
 (NVIDIA/cuda-python cuda_pathfinder README; fixture tests/fixtures/iotest/libcufile/README.md).
 DeepSpeed and gdsio use the host's libcufile, so the I/O test preloads the host's before kvikio.
 
-- ``host_libcufile()``: the host's libcufile.so.0 (ldconfig's cache, then HOST_LIBCUFILE_DIRS;
-  never a copy inside a Python environment) with its version.
+- ``host_libcufile()``: the host's libcufile.so.0 (ldconfig's cache, then HOST_LIBCUFILE_DIRS,
+  then /usr/local/cuda-X.Y, newest first; never a copy inside a Python environment) with its
+  version.
 - ``wheel_libcufile()``: the nvidia-cufile wheel of this interpreter's environment.
 - ``mapped_libcufile(maps)``: the libcufile files mapped into this process.
 - ``preload_libcufile(path)``: load ``path`` with RTLD_GLOBAL before kvikio does.
@@ -36,6 +37,8 @@ HOST_LIBCUFILE_DIRS = (
     "/usr/lib/aarch64-linux-gnu",
     "/usr/lib64",
 )
+# Then each CUDA release's own folder (the libcufile-X-Y package's), newest first
+VERSIONED_CUDA_LIBS = "/usr/local/cuda-*/targets/*/lib"
 LIBCUFILE_SONAME = "libcufile.so.0"
 # The nvidia-cufile wheels: CUDA 13 dropped the -cuNN suffix.
 CUFILE_WHEELS = ("nvidia-cufile", "nvidia-cufile-cu13", "nvidia-cufile-cu12")
@@ -56,6 +59,20 @@ def library_version(path: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _versioned_cuda_libcufile() -> list:
+    """libcufile.so.0 under /usr/local/cuda-X.Y/targets/*/lib, newest CUDA first: a node with
+    the libcufile-X-Y package but no cuda-toolkit (so no /usr/local/cuda alternative) keeps
+    its cuFile only there."""
+    import glob
+
+    def key(path: str) -> tuple:
+        m = re.search(r"/cuda-(\d+)\.(\d+)/", path)
+        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+    found = glob.glob(os.path.join(VERSIONED_CUDA_LIBS, LIBCUFILE_SONAME))
+    return sorted(found, key=key, reverse=True)[:16]
+
+
 def host_libcufile() -> dict:
     """The host's libcufile.so.0: ldconfig's cache first, then HOST_LIBCUFILE_DIRS; never a copy
     inside a Python environment. ``path`` is None when the host has none."""
@@ -71,6 +88,7 @@ def host_libcufile() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     candidates += [("cuda_dir", os.path.join(d, LIBCUFILE_SONAME)) for d in HOST_LIBCUFILE_DIRS]
+    candidates += [("cuda_dir", p) for p in _versioned_cuda_libcufile()]
     for source, path in candidates:
         if os.path.isfile(path) and not _in_python_tree(path):
             return {"path": path, "real": os.path.realpath(path), "source": source,

@@ -146,6 +146,24 @@ def test_host_libcufile_never_takes_a_wheels_copy(tmp_path: Path,
     assert host["version"] == "1.14.1" and host["source"] == "cuda_dir"
 
 
+def test_host_libcufile_of_a_cuda_release_without_the_toolkit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # libcufile-12-9 and libcufile-13-0 without cuda-toolkit: no /usr/local/cuda alternative,
+    # no ldconfig entry; the host's cuFile is the newest release's
+    lib = remote_script()._libcufile
+    for cuda, release in (("12.9", "1.14.1"), ("13.0", "1.15.1")):
+        d = tmp_path / f"cuda-{cuda}" / "targets" / "x86_64-linux" / "lib"
+        d.mkdir(parents=True)
+        (d / f"libcufile.so.{release}").write_bytes(b"")
+        (d / "libcufile.so.0").symlink_to(f"libcufile.so.{release}")
+    monkeypatch.setattr(lib, "HOST_LIBCUFILE_DIRS", (str(tmp_path / "absent"),))
+    monkeypatch.setattr(lib, "VERSIONED_CUDA_LIBS", str(tmp_path / "cuda-*" / "targets" / "*"
+                                                         / "lib"))
+    monkeypatch.setattr(lib.subprocess, "run", _no_ldconfig)
+    host = lib.host_libcufile()
+    assert host["version"] == "1.15.1" and "/cuda-13.0/" in host["path"]
+
+
 def _no_ldconfig(*_a: Any, **_k: Any) -> Any:
     raise OSError("no ldconfig")
 

@@ -447,7 +447,11 @@ def kallsyms_text() -> str:
         maddr += 0x2F0
     if module_loaded("nvidia_fs"):
         maddr = 0xFFFFFFFFC0F00000
-        for kind, sym in _NVFS_SYMS:
+        # the build against blk_rq_dma_map_iter (2.28.2+ on 6.17+, the one that looks up the
+        # v2 name) has the static nvfs_blk_rq_dma_map_iter_start, as the real module does
+        # (tests/fixtures/kallsyms/nvfs-dma-modules-list.yml)
+        v2 = nvfs_wanted_name() == "nvme_v2_register_nvfs_dma_ops"
+        for kind, sym in _NVFS_SYMS + ([("t", "nvfs_blk_rq_dma_map_iter_start")] if v2 else []):
             lines.append(f"{maddr:016x} {kind} {sym}\t[nvidia_fs]")
             maddr += 0x410
     return "\n".join(lines) + "\n"

@@ -239,6 +239,15 @@ def nvfs_version() -> str | None:
     return info.get("version") if info else None
 
 
+def running_nvfs_version() -> str | None:
+    """The nvidia-fs that loads: the node's DKMS build, else (GPU Operator node) the driver
+    container's, which the host cannot modprobe itself."""
+    version = nvfs_version()
+    if version is None and operator_managed() and gpu_driver() != "none":
+        version = profile().get("SIM_OPERATOR_NVFS_VERSION") or "2.28.4"
+    return version
+
+
 def patched_nvme() -> bool:
     """True when a GDS-patched nvme driver (MLNX_OFED / DOCA mlnx-nvme-dkms) is in place."""
     return dkms_module_info("nvme") is not None
@@ -423,7 +432,7 @@ def nvfs_wanted_name() -> str:
     """The name the loaded stand-in nvidia-fs looks up: v2 from 2.28.2 on kernels 6.17 and
     later, v1 otherwise (NVIDIA/gds-nvidia-fs src/nvfs-dma.c at v2.28.4, ChangeLog 2.28.2;
     tests/fixtures/kallsyms/)."""
-    version = tuple(int(x) for x in re.findall(r"\d+", nvfs_version() or "0")[:3])
+    version = tuple(int(x) for x in re.findall(r"\d+", running_nvfs_version() or "0")[:3])
     return "nvme_v2_register_nvfs_dma_ops" if version >= (2, 28, 2) and kernel_at_least(6, 17) \
         else "nvme_v1_register_nvfs_dma_ops"
 

@@ -77,16 +77,24 @@ def connection_env(pipelining: bool = True,
     environ = os.environ if environ is None else environ
     refuse_weak_environment(environ)
     if pipelining:
+        # ssh's own spelling: only the ssh connection plugin reads it. ANSIBLE_PIPELINING would
+        # pipeline `ansible_connection: local` hosts too, where it saves no round trip and costs
+        # a lot: the local module process inherits ansible-runner's PYTHONUNBUFFERED and reads
+        # the module from its stdin one byte per read(2) (174,000 reads a task, measured with
+        # strace -c -f: docs/performance.md)
         env = {
-            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_SSH_PIPELINING": "True",
             "ANSIBLE_SSH_ARGS": SSH_ARGS,
             "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir(),
         }
     else:
-        env = {"ANSIBLE_PIPELINING": "False", "ANSIBLE_SSH_ARGS": SSH_ARGS_NO_REUSE}
-    # both spellings Ansible reads: an operator's ANSIBLE_SSH_PIPELINING also counts as a choice
-    if "ANSIBLE_SSH_PIPELINING" in environ:
+        env = {"ANSIBLE_PIPELINING": "False", "ANSIBLE_SSH_PIPELINING": "False",
+               "ANSIBLE_SSH_ARGS": SSH_ARGS_NO_REUSE}
+    # both spellings Ansible reads (ssh takes the later one, ANSIBLE_SSH_PIPELINING, when both
+    # are set): an operator's choice in either is left whole
+    if "ANSIBLE_SSH_PIPELINING" in environ or "ANSIBLE_PIPELINING" in environ:
         env.pop("ANSIBLE_PIPELINING", None)
+        env.pop("ANSIBLE_SSH_PIPELINING", None)
     env = {k: v for k, v in env.items() if k not in environ}
     if environ.get("ANSIBLE_SSH_ARGS"):  # the operator's, with strict host keys first
         env["ANSIBLE_SSH_ARGS"] = f"{_STRICT} {environ['ANSIBLE_SSH_ARGS']}"

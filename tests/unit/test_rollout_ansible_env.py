@@ -41,7 +41,9 @@ PLAYBOOK = """\
 
 def test_on_sets_pipelining_reuse_and_strict_host_keys() -> None:
     env = connection_env(environ={})
-    assert env["ANSIBLE_PIPELINING"] == "True"
+    # ssh's own spelling: `ansible_connection: local` hosts are not pipelined (each local module
+    # process would read its module from stdin one byte per read(2))
+    assert env["ANSIBLE_SSH_PIPELINING"] == "True" and "ANSIBLE_PIPELINING" not in env
     args = env["ANSIBLE_SSH_ARGS"].split()
     assert "ControlMaster=auto" in args and "ControlPersist=60s" in args
     assert "StrictHostKeyChecking=yes" in args
@@ -56,7 +58,7 @@ def test_on_sets_pipelining_reuse_and_strict_host_keys() -> None:
 
 def test_off_turns_both_off_and_stays_strict() -> None:
     env = connection_env(pipelining=False, environ={})
-    assert env["ANSIBLE_PIPELINING"] == "False"
+    assert env["ANSIBLE_PIPELINING"] == "False" and env["ANSIBLE_SSH_PIPELINING"] == "False"
     args = env["ANSIBLE_SSH_ARGS"].split()
     assert "ControlMaster=no" in args and not any("ControlPersist" in a for a in args)
     assert "StrictHostKeyChecking=yes" in args
@@ -66,11 +68,12 @@ def test_off_turns_both_off_and_stays_strict() -> None:
 def test_operator_choice_in_the_environment_wins_but_not_for_host_keys() -> None:
     env = connection_env(environ={"ANSIBLE_PIPELINING": "False", "ANSIBLE_SSH_ARGS": "-4",
                                   "ANSIBLE_HOST_KEY_CHECKING": "False"})
-    assert "ANSIBLE_PIPELINING" not in env
+    assert "ANSIBLE_PIPELINING" not in env and "ANSIBLE_SSH_PIPELINING" not in env
     # the operator's SSH arguments, with strict host keys in front (OpenSSH keeps the first)
     assert env["ANSIBLE_SSH_ARGS"] == "-o StrictHostKeyChecking=yes -4"
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    assert "ANSIBLE_PIPELINING" not in connection_env(environ={"ANSIBLE_SSH_PIPELINING": "0"})
+    assert not {"ANSIBLE_PIPELINING", "ANSIBLE_SSH_PIPELINING"} & set(
+        connection_env(environ={"ANSIBLE_SSH_PIPELINING": "0"}))
 
 
 def test_long_tmpdir_falls_back_to_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -92,13 +95,14 @@ def test_rollout_option_reaches_the_playbook_environment(monkeypatch: pytest.Mon
     from provisioner.commands import rollout
 
     monkeypatch.delenv("ANSIBLE_PIPELINING", raising=False)
+    monkeypatch.delenv("ANSIBLE_SSH_PIPELINING", raising=False)
     monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
     pb = tmp_path / "site.yml"
     pb.write_text(PLAYBOOK)
     for extra, want in (([], "True"), (["--no-pipelining"], "False")):
         args = build_parser().parse_args(["rollout", "-i", str(tmp_path), "--playbook", str(pb),
                                           *extra])
-        assert rollout._validate(args)["ansible_env"]["ANSIBLE_PIPELINING"] == want
+        assert rollout._validate(args)["ansible_env"]["ANSIBLE_SSH_PIPELINING"] == want
 
 
 # --- against a real sshd ----------------------------------------------------------------------
@@ -156,6 +160,24 @@ def test_pipelined_run_sends_no_files_and_reuses_one_connection(sshd: dict) -> N
     assert " PUT " not in out, [ln for ln in out.splitlines() if " PUT " in ln][:3]
     assert f"ControlPath={cp}/" in out or f'ControlPath="{cp}/' in out
     assert [s for s in cp.iterdir() if s.is_socket()], "no control socket left for reuse"
+
+
+def test_local_hosts_are_not_pipelined(tmp_path: Path) -> None:
+    """The rollout's settings pipeline ssh hosts only: an `ansible_connection: local` host's
+    module goes through a file, not the stdin of a process that inherits ansible-runner's
+    PYTHONUNBUFFERED and reads it one byte per read(2) (docs/performance.md, issue 31)."""
+    (tmp_path / "site.yml").write_text(PLAYBOOK)
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    full.update(connection_env(environ={}), ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+                PYTHONUNBUFFERED="1")
+    p = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
+                        str(tmp_path / "site.yml"), "-vvv"], env=full, capture_output=True,
+                       text=True, timeout=180, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert out.count(" PUT ") >= 3, out[-3000:]  # each task's module as a file, not piped
 
 
 @needs_sshd

@@ -12,6 +12,10 @@ of this script, three rows with wall time and user/sys CPU of the whole process 
 
     .venv/bin/python bench/bench_overhead.py --hosts 500 2000 --forks 50
     .venv/bin/python bench/bench_overhead.py --hosts 50 --forks 10 --json overhead.json
+    .venv/bin/python bench/bench_overhead.py --hosts 500 --forks 50 --repeat 3
+
+``--repeat N`` runs N rounds, each in another order of the rows, and prints each row's medians
+(a cloud VM's speed drifts between runs by more than the difference measured here).
 
 On a shared machine the wall times say little; the CPU columns are what to compare. A run
 that fails prints no figure: a non-zero exit status, a recap or event count that does not show
@@ -25,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -178,9 +183,29 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
     return {"wall_s": wall, "user_s": user, "sys_s": sys_}
 
 
-def one_size(root: Path, n: int, forks: int, timeout: float) -> dict[str, Any]:
+def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) -> dict[str, Any]:
+    """The three rows at ``n`` hosts, ``repeat`` rounds; each round runs the rows in another
+    order (raw, runner, provisioner; runner, provisioner, raw; ...), so that a machine's drift
+    over the run weighs on every row alike. A row's figures are the medians of its rounds."""
+    rounds = [one_round(root / f"r{i}", n, forks, timeout, i) for i in range(repeat)]
+    rows: dict[str, Any] = {}
+    for name in ROWS:
+        runs = [r["rows"][name] for r in rounds]
+        row = {key: statistics.median(run[key] for run in runs)
+               for key in ("wall_s", "user_s", "sys_s")}
+        row["cpu_s_each"] = [round(run["user_s"] + run["sys_s"], 2) for run in runs]
+        row["wall_s_each"] = [round(run["wall_s"], 2) for run in runs]
+        rows[name] = row
+    return {"hosts": n, "forks": forks, "batches": rounds[0]["batches"], "rounds": repeat,
+            "rows": rows}
+
+
+ROWS = ("raw", "runner", "provisioner")
+
+
+def one_round(root: Path, n: int, forks: int, timeout: float, turn: int) -> dict[str, Any]:
     work = root / f"n{n}"
-    work.mkdir()
+    work.mkdir(parents=True)
     inv = work / "hosts.ini"
     hosts = write_inventory(inv, n)
     first, second = batches(n)
@@ -190,8 +215,10 @@ def one_size(root: Path, n: int, forks: int, timeout: float) -> dict[str, Any]:
     plain_play.write_text(play_text(None))
     env = child_env(root)
     rows: dict[str, Any] = {}
-    for name, fn, play in (("raw", run_raw, serial_play), ("runner", run_runner, serial_play),
-                           ("provisioner", run_rollout, plain_play)):
+    order = [("raw", run_raw, serial_play), ("runner", run_runner, serial_play),
+             ("provisioner", run_rollout, plain_play)]
+    order = order[turn % 3:] + order[:turn % 3]
+    for name, fn, play in order:
         d = work / name
         d.mkdir()
         print(f"n={n}: {name} ...", file=sys.stderr, flush=True)
@@ -203,13 +230,19 @@ def one_size(root: Path, n: int, forks: int, timeout: float) -> dict[str, Any]:
 def print_table(res: dict[str, Any]) -> None:
     raw = res["rows"]["raw"]
     raw_cpu = raw["user_s"] + raw["sys_s"]
-    print(f"\n{res['hosts']} hosts, forks {res['forks']}, batches {res['batches']}")
+    print(f"\n{res['hosts']} hosts, forks {res['forks']}, batches {res['batches']}"
+          + (f", medians of {res['rounds']} rounds" if res.get("rounds", 1) > 1 else ""))
     print(f"{'run':<12} {'wall s':>8} {'user s':>8} {'sys s':>8} {'cpu s':>8} "
           f"{'wall x':>7} {'cpu x':>7}")
-    for name, r in res["rows"].items():
+    for name in ROWS:
+        r = res["rows"][name]
         cpu = r["user_s"] + r["sys_s"]
         print(f"{name:<12} {r['wall_s']:8.2f} {r['user_s']:8.2f} {r['sys_s']:8.2f} {cpu:8.2f} "
               f"{r['wall_s'] / raw['wall_s']:7.3f} {cpu / raw_cpu:7.3f}")
+    if res.get("rounds", 1) > 1:
+        for name in ROWS:
+            r = res["rows"][name]
+            print(f"  {name:<11} wall s each round: {r['wall_s_each']}; cpu s: {r['cpu_s_each']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,12 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds one run may take before the bench fails")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="rounds of the three rows (order rotated each round); medians printed")
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be 1 or more")
     results = []
     with tempfile.TemporaryDirectory(prefix="gdsfleet-overhead-") as tmp:
         try:
             for n in args.hosts:
-                results.append(one_size(Path(tmp), n, args.forks, args.timeout))
+                results.append(one_size(Path(tmp) / f"n{n}", n, args.forks, args.timeout,
+                                        args.repeat))
         except BenchFailed as exc:
             print(f"BENCH FAILED (no figure): {exc}", file=sys.stderr)
             return 1

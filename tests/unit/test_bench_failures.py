@@ -180,3 +180,32 @@ def test_bench_overhead_recap_check_wants_every_host_ok_3(tmp_path: Path) -> Non
     with pytest.raises(mod.BenchFailed):
         mod.check_recap(log, ["h00000", "h00002"])
     mod.check_recap(log, ["h00000"])
+
+
+def test_bench_overhead_repeat_rotates_the_rows_and_prints_medians(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--repeat: each round runs the rows in another order; a row's figure is its median."""
+    mod = _load("bench_overhead")
+    calls: list[str] = []
+    walls = {"raw": iter([10.0, 30.0, 20.0]), "runner": iter([11.0, 12.0, 13.0]),
+             "provisioner": iter([22.0, 21.0, 99.0])}
+
+    def fake(name: str) -> Any:
+        def run(*_a: Any) -> dict[str, float]:
+            calls.append(name)
+            return {"wall_s": next(walls[name]), "user_s": 1.0, "sys_s": 1.0}
+        return run
+
+    for name, fn in (("raw", "run_raw"), ("runner", "run_runner"),
+                     ("provisioner", "run_rollout")):
+        monkeypatch.setattr(mod, fn, fake(name))
+    assert mod.main(["--hosts", "3", "--forks", "2", "--repeat", "3"]) == 0
+    assert calls == ["raw", "runner", "provisioner", "runner", "provisioner", "raw",
+                     "provisioner", "raw", "runner"]
+    out = capsys.readouterr().out
+    assert "medians of 3 rounds" in out
+    raw_line = next(ln for ln in out.splitlines() if ln.startswith("raw "))
+    prov_line = next(ln for ln in out.splitlines() if ln.startswith("provisioner "))
+    assert raw_line.split()[1] == "20.00" and prov_line.split()[1] == "22.00"
+    assert prov_line.split()[5] == "1.100"  # 22 / 20: medians, not means (99 is an outlier)

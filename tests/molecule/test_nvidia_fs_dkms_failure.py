@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from gds_collection import VENV_BIN, ansible_env
+
+# the nvidia-fs release the cuda role pins by default (what this node's DKMS tries to build)
+NVFS_DEFAULT = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "roles" / "cuda" / "defaults" / "main.yml")
+    .read_text())["cuda_nvidia_fs_version"]
 
 pytestmark = pytest.mark.container
 
@@ -61,7 +67,7 @@ def test_dkms_build_failure_is_explained(
     assert task.startswith("gdsfleet.gds.nvidia_fs : "), task
     for text in (
         f"nvidia-fs is not built for the running kernel {kernel}",
-        "dkms status: nvidia-fs/2.25.7",  # the DKMS state as dkms reports it
+        f"dkms status: nvidia-fs/{NVFS_DEFAULT}",  # the DKMS state as dkms reports it
         "make.log",  # where the build log is, with its last lines
         "Error! Build of nvidia-fs failed",  # what dpkg's postinst said
         f"linux-headers-{kernel}",  # what to install

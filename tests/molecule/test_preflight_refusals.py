@@ -115,7 +115,10 @@ def refused(
     )
     def mark(node: SimNode) -> str:
         packages = node.exec(PACKAGES).stdout
-        node.exec(f"sleep 1; touch {MARKER}")
+        # the simulation keeps its own state in /var/lib/gdsfleet-sim, made on first use (a
+        # GPU query made by preflight's probes): made here, so that only the role's changes
+        # are newer than the marker
+        node.exec(f"mkdir -p /var/lib/gdsfleet-sim; sleep 1; touch {MARKER}")
         return str(packages)
 
     before = dict(zip(nodes, on_each(nodes.values(), mark), strict=True))

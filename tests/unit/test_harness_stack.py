@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from tests.harness.standin_repo.build_debs import NVFS_VERSIONS
+
 pytestmark = pytest.mark.container
 
 KVIKIO_IO = r"""
@@ -76,7 +78,8 @@ def test_packages_and_dkms(node) -> None:
     status = node.exec("dkms status").stdout
     kr = node.exec("uname -r").stdout.strip()
     # nvidia-fs is not pinned here, so it floats to the newest in the repository
-    assert f"nvidia-fs/2.26.6, {kr}, x86_64: installed" in status.splitlines()
+    newest = NVFS_VERSIONS[-1]  # the stand-in repository's newest (2.28.4: builds on 6.17+)
+    assert f"nvidia-fs/{newest}, {kr}, x86_64: installed" in status.splitlines()
     assert node.exec("ofed_info -s").stdout.strip() == "OFED-internal-25.07-0.9.7:"
     assert node.exec("grep -wE 'nvme_v[12]_register_nvfs_dma_ops' /proc/kallsyms").returncode == 0
     assert node.exec("readlink -f /usr/local/cuda").stdout.strip() == "/usr/local/cuda-12.9"

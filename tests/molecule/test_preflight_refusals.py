@@ -41,7 +41,8 @@ MARKER = "/run/gdsfleet-test-before-site"
 # Written by the simulation itself (stand-in hardware), never by the roles.
 CHANGED_FILES = (
     f"find /etc /usr /opt /var -xdev -newer {MARKER} "
-    "-not -path '/var/lib/gdsfleet-sim/*' -not -path '/var/log/*' -not -name '__pycache__' "
+    "-not -path '/var/lib/gdsfleet-sim' -not -path '/var/lib/gdsfleet-sim/*' "
+    "-not -path '/var/log/*' -not -name '__pycache__' "
     "-not -path '*/__pycache__/*' -not -path '/var/tmp/*' -not -path '/var/cache/debconf/*' "
     "-print"
 )

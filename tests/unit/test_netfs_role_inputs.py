@@ -123,3 +123,15 @@ def test_site_yml_runs_netfs_only_when_the_inventory_lists_network_storage() -> 
     for variables, expected in cases:
         got = Templar(loader=DataLoader(), variables=variables).template(when)
         assert got is expected, (variables, got)
+
+
+def test_every_variable_is_in_argument_specs_and_the_docs() -> None:
+    """Each netfs default is described in meta/argument_specs.yml (and nothing more), and named
+    in docs/network-filesystems.md."""
+    defaults = set(yaml.safe_load((ROOT / "roles/netfs/defaults/main.yml").read_text()))
+    spec = yaml.safe_load((ROOT / "roles/netfs/meta/argument_specs.yml").read_text())
+    options = spec["argument_specs"]["main"]["options"]
+    assert set(options) == defaults
+    assert all(str(o.get("description") or "").strip() for o in options.values())
+    doc = (ROOT / "docs/network-filesystems.md").read_text()
+    assert sorted(v for v in defaults if f"`{v}`" not in doc) == []

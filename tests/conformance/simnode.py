@@ -119,9 +119,12 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         pkg("nvidia-fs", nvfs)
         pkg("nvidia-fs-dkms", nvfs)
     ofed = None
-    if route == "nvfs" and not operator and reg != "none":
+    if route == "nvfs" and not operator and (reg != "none" or storage in NETFS):
+        # a node whose GDS storage is only a network mount has DOCA for its RDMA NIC (the NFS-RDMA
+        # client, o2ib) but, with nvme_registration none, no GDS-patched nvme driver
         pkg("doca-ofed", "3.1.0")
-        pkg("mlnx-nvme-dkms", "25.07")
+        if reg != "none":
+            pkg("mlnx-nvme-dkms", "25.07")
         ofed = "OFED-internal-25.07-0.9.7"
     # storage: the GDS mount and the NVMe controllers under it
     mount: dict[str, Any] = {"target": "/mnt/gds", "fstype": "xfs", "options": "rw,noatime"}
@@ -205,7 +208,7 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         "manager": manager, "packages": packages, "commands": sorted(set(commands)),
         "modinfo": modinfo, "driver": ax["driver"], "driver_version": DRIVER_VERSION,
         "gpus": gpus, "nvfs": nvfs, "kallsyms": kallsyms, "ofed": ofed,
-        "dkms": ([f"nvidia-fs/{nvfs}"] + (["mlnx-nvme/25.07"] if ofed else []))
+        "dkms": ([f"nvidia-fs/{nvfs}"] + (["mlnx-nvme/25.07"] if ofed and reg != "none" else []))
         if nvfs and not operator else [],
         "storage": storage, "controllers": ctrls, "namespaces": namespaces, "md": md,
         "mount": mount,

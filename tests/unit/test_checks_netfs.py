@@ -181,3 +181,29 @@ def test_verify_yml_judges_the_same_network_filesystems_on_the_same_gdscheck_lin
     accepted = task["ansible.builtin.assert"]["that"][1]
     for fstype in netfs.NETWORK_FILESYSTEMS:
         assert f"'{fstype}'" in accepted, fstype
+
+
+@pytest.mark.parametrize(("fstype", "line", "source", "opts"), [
+    ("nfs", "NFS", "10.0.0.5:/export", NFS_RDMA),
+    ("lustre", "DDN EXAScaler", "10.0.0.1@o2ib:/fs", "rw,relatime"),
+    ("beegfs", "BeeGFS", "beegfs_nodev", "rw,relatime"),
+])
+def test_network_only_node_without_patched_nvme_is_on_the_nvfs_route(
+        fstype: str, line: str, source: str, opts: str) -> None:
+    """No local NVMe, so no GDS-patched nvme driver and gdscheck's NVMe line Unsupported: the
+    network mount GDS reaches decides the route, and the NVMe-only checks skip (issue 33)."""
+    doc = netfs_doc(fstype, opts, source, {line: "Supported"}, patched_nvme=False,
+                    gdscheck_nvme="Unsupported")
+    facts, by_id, compliant, _ = run(doc, nf.direct_nvfs_io())
+    assert checks.determine_route(build_facts(doc)) == "nvfs"
+    for cid in ("nvfs.nvme.patched", "gdscheck.nvme", "fs.mount.nvme"):
+        assert by_id[cid].status == "skip", by_id[cid]
+    assert "gdscheck.platform" not in by_id or by_id["gdscheck.platform"].status != "warn"
+    assert failing(by_id) == set() and compliant is True
+
+
+def test_network_mount_without_its_prerequisites_does_not_make_the_nvfs_route() -> None:
+    """The same node with the NFS mount over TCP: no direct route at all (compat)."""
+    doc = netfs_doc("nfs", NFS_TCP, "10.0.0.5:/export", {"NFS": "Supported"}, patched_nvme=False,
+                    gdscheck_nvme="Unsupported")
+    assert checks.determine_route(build_facts(doc)) == "compat"

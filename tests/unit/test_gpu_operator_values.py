@@ -32,6 +32,11 @@ HOSTS: dict[str, dict[str, Any]] = {
     # NFS over RDMA from the netfs role, MOFED from the Network Operator: RDMA without asking
     "netfs_containerized_mofed": {"mofed_flavor": "none", "netfs_nfs_mounts": [
         {"path": "/mnt/vast", "server": "192.0.2.10", "export": "/gds"}]},
+    # Lustre over o2ib, Storage Scale, the BeeGFS GDS build: RDMA storage too
+    "netfs_lustre": {"mofed_flavor": "none", "netfs_lustre_mounts": [
+        {"path": "/mnt/exa", "source": "10.0.0.1@o2ib:/fs0"}]},
+    "netfs_gpfs": {"mofed_flavor": "none", "netfs_gpfs_filesystems": ["gpfs0"]},
+    "netfs_beegfs": {"mofed_flavor": "none", "netfs_beegfs_gds": True},
     # an older chart (driver.useOpenKernelModules), the host pin set, a driver version
     "chart_v24": {"gpu_operator_chart_version": "v24.9.2", "cuda_nvidia_fs_version": "2.26.6",
                   "gpu_operator_driver_version": "550.144.03"},
@@ -151,6 +156,8 @@ def test_rdma_and_host_mofed_follow_the_inventory(rendered: dict[str, Any]) -> N
     assert rdma["no_mofed"] == {"enabled": False, "useHostMofed": False}
     assert rdma["rdma_containerized_mofed"] == {"enabled": True, "useHostMofed": False}
     assert rdma["netfs_containerized_mofed"] == {"enabled": True, "useHostMofed": False}
+    for name in ("netfs_lustre", "netfs_gpfs", "netfs_beegfs"):
+        assert rdma[name] == {"enabled": True, "useHostMofed": False}, name
     # gpu_operator_values_extra wins over the rendered values, recursively
     assert rdma["extra"] == {"enabled": False, "useHostMofed": True}
     assert rendered["extra"]["toolkit"] == {"enabled": False}

@@ -76,7 +76,8 @@ def test_mount_options_are_rdma() -> None:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    task = yaml.safe_load((ROOT / "roles/netfs/tasks/main.yml").read_text())[-1]
+    task = next(t for t in yaml.safe_load((ROOT / "roles/netfs/tasks/main.yml").read_text())
+                if t["name"] == "Mount the NFS exports over RDMA")
     mod = {k: trust_as_template(v) for k, v in task["ansible.posix.mount"].items()
            if k in ("opts", "src")}
     templar = Templar(loader=DataLoader(), variables={"item": dict(GOOD, options=["hard"])})
@@ -87,3 +88,50 @@ def test_mount_options_are_rdma() -> None:
         "path": "/m", "server": "fd00::5", "export": "/e", "vers": "4.2"}})
     assert templar.template(mod["opts"]).strip() == "vers=4.2,proto=rdma,port=20049,_netdev"
     assert templar.template(mod["src"]) == "[fd00::5]:/e"
+
+
+def _site_netfs_task() -> tuple[list[str], dict[str, Any]]:
+    play = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())[0]
+    block = next(t for t in play["tasks"] if "block" in t)["block"]
+    roles = [t["ansible.builtin.import_role"]["name"] for t in block
+             if "ansible.builtin.import_role" in t]
+    task = next(t for t in block
+                if t.get("ansible.builtin.import_role", {}).get("name") == "gdsfleet.gds.netfs")
+    return roles, task
+
+
+def test_site_yml_runs_netfs_only_when_the_inventory_lists_network_storage() -> None:
+    """site.yml imports netfs after mofed and nvidia_fs and before the NVMe filesystem; its
+    condition, rendered by ansible-core, is false on an inventory without network storage."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    roles, task = _site_netfs_task()
+    pos = roles.index("gdsfleet.gds.netfs")
+    assert roles.index("gdsfleet.gds.mofed") < pos and roles.index("gdsfleet.gds.nvidia_fs") < pos
+    assert pos < roles.index("gdsfleet.gds.nvme")
+    when = trust_as_template("{{ " + task["when"] + " }}")
+    cases: list[tuple[dict[str, Any], bool]] = [
+        ({}, False),
+        ({"netfs_nfs_mounts": [], "netfs_beegfs_gds": False}, False),
+        ({"netfs_nfs_mounts": [GOOD]}, True),
+        ({"netfs_lustre_mounts": [{"path": "/mnt/exa", "source": "10.0.0.1@o2ib:/fs0"}]}, True),
+        ({"netfs_wekafs_mounts": [{"path": "/w", "source": "b/fs"}]}, True),
+        ({"netfs_gpfs_filesystems": ["gpfs0"]}, True),
+        ({"netfs_beegfs_gds": True}, True),
+    ]
+    for variables, expected in cases:
+        got = Templar(loader=DataLoader(), variables=variables).template(when)
+        assert got is expected, (variables, got)
+
+
+def test_every_variable_is_in_argument_specs_and_the_docs() -> None:
+    """Each netfs default is described in meta/argument_specs.yml (and nothing more), and named
+    in docs/network-filesystems.md."""
+    defaults = set(yaml.safe_load((ROOT / "roles/netfs/defaults/main.yml").read_text()))
+    spec = yaml.safe_load((ROOT / "roles/netfs/meta/argument_specs.yml").read_text())
+    options = spec["argument_specs"]["main"]["options"]
+    assert set(options) == defaults
+    assert all(str(o.get("description") or "").strip() for o in options.values())
+    doc = (ROOT / "docs/network-filesystems.md").read_text()
+    assert sorted(v for v in defaults if f"`{v}`" not in doc) == []

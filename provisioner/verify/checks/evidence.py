@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner.verify import netfs
 from provisioner.verify.parsers.driver import version_tuple
 from provisioner.verify.parsers.gdscheck import classify_nvme
 from provisioner.verify.policy import Policy
@@ -73,7 +74,25 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
         ),
         "gdscheck": (gc_nvme(facts) or {}).get("route"),
         "stack": stack_present(facts),
+        # nvidia-fs loaded and a network filesystem mounted with its GDS prerequisites met
+        # (provisioner/verify/netfs.py): the nvfs route without any NVMe (issue 33)
+        "netfs": network_gds_ready(facts),
     }
+
+
+def network_gds_ready(facts: dict[str, Any]) -> list[str]:
+    """The mount points of network filesystems GDS reaches on this node: nvidia-fs loaded and
+    each one's own prerequisites met (gdscheck's line for it, RDMA library and device, NFS over
+    RDMA). A node whose GDS storage is only such a mount needs no GDS-patched nvme driver."""
+    nvfs_loaded = bool((facts.get("nvfs") or {}).get("loaded"))
+    if not nvfs_loaded:
+        return []
+    gc = (facts.get("gdscheck") or {}).get("parsed")
+    mounts = (facts.get("storage") or {}).get("mounts") or []
+    return [str(m.get("target")) for m in mounts
+            if isinstance(m, dict) and netfs.is_network(str(m.get("fstype")))
+            and not netfs.prerequisites(str(m["fstype"]), list(m.get("options") or []), gc,
+                                        nvfs_loaded)]
 
 
 def determine_route(facts: dict[str, Any]) -> str:
@@ -84,10 +103,12 @@ def determine_route(facts: dict[str, Any]) -> str:
     gc = ev["gdscheck"]
     if gc in ("p2pdma", "nvfs"):
         return str(gc)
+    if ev["nvfs"] and gc not in ("compat", "unsupported") or ev["netfs"]:
+        # gdscheck's NVMe line speaks for NVMe only: on a network mount GDS reaches, nvidia-fs
+        # is the route whatever that line says
+        return "nvfs"
     if gc in ("compat", "unsupported"):
         return "compat"
-    if ev["nvfs"]:
-        return "nvfs"
     if ev["p2pdma"]:
         return "p2pdma"
     if ev["stack"]:

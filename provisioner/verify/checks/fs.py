@@ -22,6 +22,14 @@ def _mount(ctx: Context) -> dict[str, Any] | None:
     return storage.mount_for(ctx.io_path or ctx.p.gds_mount, mounts) if mounts else None
 
 
+def network_gds_mount(ctx: Context) -> str | None:
+    """The GDS mount's fstype when it is a network filesystem the policy judges as one
+    (fs.mount.type then judges it on its own prerequisites; no NVMe is under it)."""
+    m = gds_mount(ctx)
+    fstype = str((m or {}).get("fstype"))
+    return fstype if netfs.is_network(fstype) and fstype in ctx.p.network_filesystems else None
+
+
 def mount_paths(ctx: Context, m: dict[str, Any]) -> list[dict[str, str]]:
     """The NVMe controller paths under mount ``m`` (storage.mount_transports)."""
     st = ctx.f.get("storage") or {}

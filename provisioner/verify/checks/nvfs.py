@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.verify.checks.evidence import vge
-from provisioner.verify.checks.fs import gds_mount, mount_paths
+from provisioner.verify.checks.fs import gds_mount, mount_paths, network_gds_mount
 from provisioner.verify.checks.registry import Context, Skip, check
 from provisioner.verify.model import FAIL, PASS, SKIP, WARN, CheckResult
 from provisioner.verify.parsers import nvfs_stats
@@ -92,6 +92,11 @@ def nvme_patched(ctx: Context) -> CheckResult:
     the other nvme name never registers: I/O goes through the CPU (NVIDIA/gds-nvidia-fs#87).
     With no mount or no visible controller, the local one is required."""
     cid = "nvfs.nvme.patched"
+    net = network_gds_mount(ctx)
+    if net:
+        return CheckResult(cid, SKIP, "an NVMe driver under the GDS mount", net,
+                           f"Skipped: the GDS mount is {net}, a network filesystem with no NVMe "
+                           "under it (fs.mount.type judges its prerequisites).")
     ks = ctx.f.get("kallsyms") or {}
     m = gds_mount(ctx)
     kinds = {p["transport"] for p in mount_paths(ctx, m)} if m else set()

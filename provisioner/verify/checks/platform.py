@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner.verify.checks.evidence import DIRECT_ROUTES, gc_nvme
+from provisioner.verify.checks.fs import network_gds_mount
 from provisioner.verify.checks.registry import Context, check
 from provisioner.verify.model import FAIL, PASS, SKIP, WARN, CheckResult
 
@@ -46,6 +47,11 @@ def nvme(ctx: Context) -> CheckResult:
     if line is None:
         return CheckResult(cid, SKIP, "NVMe direct route", "no NVMe line",
                            "Skipped: no gdscheck DRIVER CONFIGURATION to read.")
+    net = network_gds_mount(ctx)
+    if net and not line.get("direct"):
+        return CheckResult(cid, SKIP, "NVMe direct route", f"NVMe : {line.get('raw')}",
+                           f"Skipped: the GDS mount is {net}, a network filesystem; gdscheck's "
+                           "line for it is judged in fs.mount.type.")
     if line.get("direct"):
         want = ctx.target
         got = line.get("route")
@@ -68,7 +74,8 @@ def nvme(ctx: Context) -> CheckResult:
 def platform(ctx: Context) -> CheckResult | None:
     parsed = _parsed(ctx)
     line = gc_nvme(ctx.f)
-    if parsed and parsed.get("verification_succeeded") and line and not line.get("direct"):
+    if parsed and parsed.get("verification_succeeded") and line and not line.get("direct") \
+            and not network_gds_mount(ctx):
         return CheckResult("gdscheck.platform", WARN, "direct NVMe route",
                            "Platform verification succeeded, NVMe not direct",
                            "'Platform verification succeeded' only says the platform is "

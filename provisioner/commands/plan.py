@@ -70,7 +70,7 @@ def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
 def run(args: argparse.Namespace) -> int:
     from provisioner.inventory import load_inventory
     from provisioner.rollout.planner import parse_wave_spec, plan_waves
-    from provisioner.store.location import display_url, fleet_id, resolve_ledger
+    from provisioner.store.location import display_url, fleet_id, ledger_line, resolve_ledger
 
     parse_wave_spec(args.waves)  # refuse a bad spec before touching anything else
     from provisioner.outputs import check_output_path
@@ -110,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
         # masked in the data, never in the JSON text (a registered "false" broke the JSON)
         text = json.dumps(redact_document(doc), indent=2) + "\n"
-        if args.json == "-":
+        if args.json == "-":  # the document names the ledger; the line goes to stderr
+            sys.stderr.write(ledger_line(location) + "\n")
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)
         write_output(args.json, text, what="--json", recorded=False)  # 0600, atomic; links followed
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
+    sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
     title = f"rollout plan: {len(plan)} node(s), {len(plan.waves)} wave(s) ({args.waves})"
     if len(plan) <= FULL_TABLE_MAX:
         console.print(_full_table(plan, title))
@@ -128,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"(a summary of {len(plan)} nodes: --all-nodes lists every node, "
                       f"--json FILE writes them all)")
     counts = plan.counts()
+    # short enough never to wrap before "nothing was changed" (the ledger is the first line)
     console.print(f"{counts['provision']} to provision, {counts['verify']} to verify only; "
-                  f"ledger {display_url(location)}; nothing was changed")
+                  f"nothing was changed", soft_wrap=True)
     if unfinished:
         done = sum(1 for s in steps.values()
                    if s.get("step") in ("compliant", "failed", "skipped", "reboot_pending"))

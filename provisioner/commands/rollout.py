@@ -406,6 +406,11 @@ def run(args: argparse.Namespace) -> int:
     with lock:
         ledger = Ledger.open(location)
         try:
+            if not args.quiet:  # the first line names the ledger, as every command's (stderr:
+                # --json -); once open: a ledger that cannot be reached stays one error line
+                from provisioner.store.location import ledger_line
+
+                sys.stderr.write(ledger_line(location) + "\n")
             if args.restart:
                 old = ledger.last_unfinished_run("rollout", fleet)
                 if old:

@@ -25,6 +25,7 @@ from provisioner.reports.model import RESULT_COMPLIANT, build_report, exit_code,
 from provisioner.reports.terminal import render
 from provisioner.sanitize import printable
 from provisioner.store import display_url, fleet_id, new_run_id, resolve_ledger, utcnow
+from provisioner.store.location import ledger_line
 from provisioner.verify.usecase import NodeRequest, internal_error, unreachable_doc, verify_one
 
 if TYPE_CHECKING:
@@ -344,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
         write_live(doc, html=args.html, prom_dir=args.prom_textfile,
                    location=location if not ledger_errors else None, run_id=run_id)
     if args.json != "-":
+        sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
         render(doc, sys.stdout, details=args.details)
         if location and not ledger_errors:
             sys.stdout.write(f"recorded in the ledger {display_url(location)} (run {run_id})\n")

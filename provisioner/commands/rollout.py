@@ -492,7 +492,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             ledger.close()
     if not args.quiet:
-        summary_table(result)
+        summary_table(result, inventory=str(args.inventory))
         sys.stderr.write(f"ledger: {display_url(location)} (run {result.run_id})\n")
     extra = {"ledger": display_url(location), "inventory": str(args.inventory)}
     if args.json:

@@ -120,7 +120,12 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
-    title = f"rollout plan: {len(plan)} node(s), {len(plan.waves)} wave(s) ({args.waves})"
+    from provisioner.rollout.planner import describe_waves
+
+    # how the spec collapsed on these nodes, not only how many waves (issue 30 item 5)
+    # (a line of its own: a table's title wraps at the table's width)
+    sys.stdout.write(f"rollout plan: {describe_waves(args.waves, len(plan))}\n")
+    title = "rollout plan"
     if len(plan) <= FULL_TABLE_MAX:
         console.print(_full_table(plan, title))
     elif args.all_nodes:

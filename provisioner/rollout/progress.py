@@ -61,9 +61,12 @@ class PlainObserver:
         self.total = len(plan)
         self.finished = len(done)
         what = "resuming" if resumed else "starting"
+        from provisioner.rollout.planner import describe_waves
+
+        # how the spec collapsed on this fleet, not only how many waves (issue 30 item 5)
         self._print(
-            f"rollout {run_id}: {what}: {len(plan)} node(s) in {len(plan.waves)} wave(s) "
-            f"({plan.spec})" + (f"; {len(done)} already finished" if done else "")
+            f"rollout {run_id}: {what}: {describe_waves(plan.spec, len(plan))}"
+            + (f"; {len(done)} already finished" if done else "")
         )
 
     def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:
@@ -147,8 +150,13 @@ class LiveObserver:
         with self._lock:
             self.progress.update(self.overall, total=len(plan), completed=len(done),
                                  description=f"rollout {run_id}")
-            if resumed:
-                self.console.print(f"resuming rollout {_lit(run_id)}: {len(done)} node(s) finished")
+            from provisioner.rollout.planner import describe_waves
+
+            what = "resuming" if resumed else "starting"
+            self.console.print(_lit(f"rollout {run_id}: {what}: "
+                                    f"{describe_waves(plan.spec, len(plan))}"
+                                    + (f"; {len(done)} node(s) finished" if done else "")),
+                               soft_wrap=True)
             self._refresh()
 
     def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:

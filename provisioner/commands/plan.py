@@ -22,24 +22,34 @@ SHOWN_PER_WAVE = 5
 WORDS = {"verify": "verify only", "provision": "provision + verify", "resume": "redo (resume)"}
 
 
-def add_selection_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``plan`` and ``rollout``."""
+def add_selection_arguments(p: argparse.ArgumentParser, top: Any = None) -> Any:
+    """Options shared by ``plan`` and ``rollout``. With ``top`` (rollout's leading group),
+    ``-i`` and ``--waves`` go there and the caller adds ``--ledger`` (add_ledger_option) where
+    it wants it; the group of the other selection options is returned."""
     from provisioner.rollout.planner import DEFAULT_WAVES
 
     sel = p.add_argument_group("which nodes, in which waves")
-    sel.add_argument("-i", "--inventory", metavar="INVENTORY", required=True,
-                     help="Ansible inventory (file or directory), e.g. inventories/lab")
+    lead = top if top is not None else sel
+    lead.add_argument("-i", "--inventory", metavar="INVENTORY", required=True,
+                      help="Ansible inventory (file or directory), e.g. inventories/lab")
+    lead.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
+                      help="wave sizes, counts or percentages of the selected nodes; the first "
+                           "is the canary, the last takes the rest (default %(default)s)")
     sel.add_argument("-l", "--limit", metavar="PATTERN",
-                     help="Ansible host pattern selecting nodes of the inventory")
-    sel.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
-                     help="wave sizes, counts or percentages of the selected nodes; the first "
-                          "is the canary, the last takes the rest (default %(default)s)")
+                     help="Ansible host pattern selecting nodes of the inventory (default: all)")
     sel.add_argument("--force", action="store_true",
-                     help="re-provision nodes the ledger says are compliant")
-    sel.add_argument("--ledger", metavar="PATH|URL",
-                     help="compliance ledger (SQLite path or postgresql+psycopg:// URL); "
-                          "default $GDSFLEET_LEDGER, .lab/ledger.sqlite for inventories/lab, "
-                          "else ~/.local/state/gdsfleet/ledger.sqlite")
+                     help="re-provision nodes the ledger says are compliant (default: verify "
+                          "them only)")
+    if top is None:
+        add_ledger_option(sel)
+    return sel
+
+
+def add_ledger_option(group: Any) -> None:
+    group.add_argument("--ledger", metavar="PATH|URL",
+                       help="compliance ledger (SQLite path or postgresql+psycopg:// URL); "
+                            "default $GDSFLEET_LEDGER, .lab/ledger.sqlite for inventories/lab, "
+                            "else ~/.local/state/gdsfleet/ledger.sqlite")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

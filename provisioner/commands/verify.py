@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help=f"nodes verified at once (default {DEFAULT_PARALLEL})")
 
     what = p.add_argument_group("what is checked")
-    what.add_argument("--policy", metavar="FILE", help="verification policy YAML: the expected route, the minimum "
+    what.add_argument("--policy", metavar="FILE",
+                      help="verification policy YAML: the expected route, the minimum "
                       "nvidia-fs version, the I/O test size and thresholds (default: the "
                       "built-in policy, docs/cli.md)")
     what.add_argument("--io-size", metavar="SIZE",

@@ -31,8 +31,11 @@ def add_exec_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
     if not any(a.dest == "known_hosts" for a in p._actions):
         g.add_argument("--known-hosts", metavar="FILE", action="append", default=[],
                        help="extra known_hosts file (repeatable)")
-        g.add_argument("--ssh-config", metavar="FILE", default="~/.ssh/config")
-        g.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS")
+        g.add_argument("--ssh-config", metavar="FILE", default="~/.ssh/config",
+                       help="OpenSSH client config to honour (default ~/.ssh/config; 'none' "
+                            "to skip)")
+        g.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="TCP connect timeout to an execution node (default 10)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

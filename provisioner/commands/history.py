@@ -12,7 +12,7 @@ from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
 from provisioner.sanitize import printable
 from provisioner.store import open_read_only
-from provisioner.store.location import display_url, resolve_ledger
+from provisioner.store.location import display_url, ledger_line, resolve_ledger
 
 HELP = "compliance history of one node"
 MAX_LIMIT = 1_000_000
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
             str(r["at"])[:19].replace("T", " "), str(r["run_id"]), node_result(r),
             str(r["route"] or "-"), str(r["path_taken"] or "-"), note)])
     widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(headers)]
-    out.write(printable(f"{args.node} ({len(rows)} newest of the ledger "
-                        f"{display_url(location)})") + "\n")
+    out.write(ledger_line(location) + "\n")
+    out.write(printable(f"{args.node}: {len(rows)} newest verification(s)") + "\n")
     for cells in [headers, *rows]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")

@@ -22,24 +22,34 @@ SHOWN_PER_WAVE = 5
 WORDS = {"verify": "verify only", "provision": "provision + verify", "resume": "redo (resume)"}
 
 
-def add_selection_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``plan`` and ``rollout``."""
+def add_selection_arguments(p: argparse.ArgumentParser, top: Any = None) -> Any:
+    """Options shared by ``plan`` and ``rollout``. With ``top`` (rollout's leading group),
+    ``-i`` and ``--waves`` go there and the caller adds ``--ledger`` (add_ledger_option) where
+    it wants it; the group of the other selection options is returned."""
     from provisioner.rollout.planner import DEFAULT_WAVES
 
     sel = p.add_argument_group("which nodes, in which waves")
-    sel.add_argument("-i", "--inventory", metavar="INVENTORY", required=True,
-                     help="Ansible inventory (file or directory), e.g. inventories/lab")
+    lead = top if top is not None else sel
+    lead.add_argument("-i", "--inventory", metavar="INVENTORY", required=True,
+                      help="Ansible inventory (file or directory), e.g. inventories/lab")
+    lead.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
+                      help="wave sizes, counts or percentages of the selected nodes; the first "
+                           "is the canary, the last takes the rest (default %(default)s)")
     sel.add_argument("-l", "--limit", metavar="PATTERN",
-                     help="Ansible host pattern selecting nodes of the inventory")
-    sel.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
-                     help="wave sizes, counts or percentages of the selected nodes; the first "
-                          "is the canary, the last takes the rest (default %(default)s)")
+                     help="Ansible host pattern selecting nodes of the inventory (default: all)")
     sel.add_argument("--force", action="store_true",
-                     help="re-provision nodes the ledger says are compliant")
-    sel.add_argument("--ledger", metavar="PATH|URL",
-                     help="compliance ledger (SQLite path or postgresql+psycopg:// URL); "
-                          "default $GDSFLEET_LEDGER, .lab/ledger.sqlite for inventories/lab, "
-                          "else ~/.local/state/gdsfleet/ledger.sqlite")
+                     help="re-provision nodes the ledger says are compliant (default: verify "
+                          "them only)")
+    if top is None:
+        add_ledger_option(sel)
+    return sel
+
+
+def add_ledger_option(group: Any) -> None:
+    group.add_argument("--ledger", metavar="PATH|URL",
+                       help="compliance ledger (SQLite path or postgresql+psycopg:// URL); "
+                            "default $GDSFLEET_LEDGER, .lab/ledger.sqlite for inventories/lab, "
+                            "else ~/.local/state/gdsfleet/ledger.sqlite")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,7 +80,7 @@ def latest_state(location: str) -> tuple[dict[str, dict[str, Any]], Any]:
 def run(args: argparse.Namespace) -> int:
     from provisioner.inventory import load_inventory
     from provisioner.rollout.planner import parse_wave_spec, plan_waves
-    from provisioner.store.location import display_url, fleet_id, resolve_ledger
+    from provisioner.store.location import display_url, fleet_id, ledger_line, resolve_ledger
 
     parse_wave_spec(args.waves)  # refuse a bad spec before touching anything else
     from provisioner.outputs import check_output_path
@@ -110,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
         # masked in the data, never in the JSON text (a registered "false" broke the JSON)
         text = json.dumps(redact_document(doc), indent=2) + "\n"
-        if args.json == "-":
+        if args.json == "-":  # the document names the ledger; the line goes to stderr
+            sys.stderr.write(ledger_line(location) + "\n")
             sys.stdout.write(text)
             return int(Exit.USAGE) if problems else int(Exit.OK)
         write_output(args.json, text, what="--json", recorded=False)  # 0600, atomic; links followed
@@ -118,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
-    title = f"rollout plan: {len(plan)} node(s), {len(plan.waves)} wave(s) ({args.waves})"
+    sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
+    from provisioner.rollout.planner import describe_waves
+
+    # how the spec collapsed on these nodes, not only how many waves (issue 30 item 5)
+    # (a line of its own: a table's title wraps at the table's width)
+    sys.stdout.write(f"rollout plan: {describe_waves(args.waves, len(plan))}\n")
+    title = "rollout plan"
     if len(plan) <= FULL_TABLE_MAX:
         console.print(_full_table(plan, title))
     elif args.all_nodes:
@@ -128,8 +145,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"(a summary of {len(plan)} nodes: --all-nodes lists every node, "
                       f"--json FILE writes them all)")
     counts = plan.counts()
+    # short enough never to wrap before "nothing was changed" (the ledger is the first line)
     console.print(f"{counts['provision']} to provision, {counts['verify']} to verify only; "
-                  f"ledger {display_url(location)}; nothing was changed")
+                  f"nothing was changed", soft_wrap=True)
     if unfinished:
         done = sum(1 for s in steps.values()
                    if s.get("step") in ("compliant", "failed", "skipped", "reboot_pending"))

@@ -15,7 +15,7 @@ from provisioner.commands.status import add_ledger_arguments
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.store import open_read_only
-from provisioner.store.location import display_url, resolve_ledger
+from provisioner.store.location import display_url, ledger_line, resolve_ledger
 
 HELP = "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile"
 
@@ -53,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
         doc = from_ledger(ledger, run_id, location=display_url(location))
     write_reports(doc, json_path=args.json, junit=args.junit, html=args.html,
                   prom_dir=args.prom_textfile)
-    if args.json == "-":
+    if args.json == "-":  # stdout is the document (it names the ledger): the line on stderr
+        sys.stderr.write(ledger_line(location) + "\n")
         return int(Exit.OK)
+    sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
     if not (args.json or args.junit or args.html or args.prom_textfile):
         _print(doc)
     else:

@@ -25,50 +25,63 @@ _VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_selection_arguments(p)
+    # the five an operator needs first lead the help (issue 30 item 4); the rest follow in
+    # groups, every one with its default (docs/cli.md has them all)
+    p.usage = ("%(prog)s -i INVENTORY [--waves SPEC] [--max-failures N|P%%] [--allow-reboot] "
+               "[--ledger PATH|URL] [more options below; all of them: docs/cli.md]")
+    top = p.add_argument_group("the options that matter most")
+    add_selection_arguments(p, top=top)
+    top.add_argument("--max-failures", default="0", metavar="N|P%",
+                     help="failures tolerated per wave after the canary (default 0); any canary "
+                          "failure stops the rollout")
+    top.add_argument("--allow-reboot", action="store_true",
+                     help="reboot nodes that report a reboot required (gdsfleet.gds.reboot), "
+                          "then verify them (default off: they end as 'reboot_pending')")
+    from provisioner.commands.plan import add_ledger_option
+
+    add_ledger_option(top)
     g = p.add_argument_group("gates and budgets")
     g.add_argument("--max-parallel", "-f", type=int, default=10, metavar="N",
                    help="nodes in flight within a wave: Ansible forks and parallel "
                         "verifications (default 10)")
-    g.add_argument("--max-failures", default="0", metavar="N|P%",
-                   help="failures tolerated per wave after the canary (default 0); any canary "
-                        "failure stops the rollout")
     g.add_argument("--max-total-failures", default=None, metavar="N|P%",
                    help="failures tolerated over the whole rollout (default: no overall cap)")
     g.add_argument("--health-threshold", default="1.0", metavar="FRACTION|P%",
                    help="share of already-rolled nodes that must still verify compliant before "
                         "each next wave (default 1.0 = all)")
     g.add_argument("--no-health-gate", action="store_true",
-                   help="do not re-verify already-rolled nodes before each wave")
+                   help="do not re-verify already-rolled nodes before each wave (default: "
+                        "re-verify)")
     g.add_argument("--pause-between-waves", type=float, default=0.0, metavar="SECONDS",
-                   help="wait this long between waves (Ctrl-C stops; the command resumes)")
+                   help="wait this long between waves (Ctrl-C stops; the command resumes; "
+                        "default 0)")
     g.add_argument("--confirm", action="store_true",
-                   help="ask before each wave after the canary (needs a terminal)")
+                   help="ask before each wave after the canary (needs a terminal; default off)")
     g.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
                    help="when another rollout of this fleet holds the lock, wait up to this "
                         "long for it (a standby coordinator: when the holder dies, this one "
                         "fences its dispatches and resumes its run); default 0: refuse at once")
-    g.add_argument("--allow-reboot", action="store_true",
-                   help="reboot nodes that report a reboot required (gdsfleet.gds.reboot), "
-                        "then verify them; without it they end as 'reboot_pending'")
     g.add_argument("--restart", action="store_true",
-                   help="abandon an unfinished rollout of this fleet and plan a new one")
+                   help="abandon an unfinished rollout of this fleet and plan a new one "
+                        "(default: resume it)")
 
     c = p.add_argument_group("what runs")
     c.add_argument("--playbook", metavar="FILE|FQCN",
                    help="playbook file or collection playbook FQCN (default gdsfleet.gds.site, "
                         "from the installed collection)")
     c.add_argument("--reboot-playbook", metavar="FILE|FQCN",
-                   help="playbook --allow-reboot runs (default gdsfleet.gds.reboot)")
+                   help="playbook --allow-reboot runs (default gdsfleet.gds.reboot, from the "
+                        "installed collection)")
     c.add_argument("-e", "--extra-var", action="append", default=[],
                    metavar="KEY=VALUE|@FILE|JSON",
                    help="extra variable for the playbook (repeatable), or @FILE or a JSON "
                         "object: a mapping of them (@FILE keeps secrets off the command "
                         "line). They reach "
-                        "ansible-playbook through a 0600 file, never its command line")
+                        "ansible-playbook through a 0600 file, never its command line "
+                        "(default: none)")
     c.add_argument("--no-verify", action="store_true",
                    help="provision only; no verification, no health gate (benchmarks; nodes "
-                        "are then recorded as 'skipped', never 'compliant')")
+                        "are then recorded as 'skipped', never 'compliant'; default: verify)")
     from provisioner.validate import DEFAULT_PLAYBOOK_TIMEOUT_S
 
     c.add_argument("--playbook-timeout", type=int, default=DEFAULT_PLAYBOOK_TIMEOUT_S,
@@ -77,14 +90,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "0: no deadline)")
     c.add_argument("--no-pipelining", action="store_true",
                    help="run the playbooks without SSH pipelining and connection reuse (for "
-                        "nodes whose sudo requires a tty); see docs/performance.md")
+                        "nodes whose sudo requires a tty; default: pipelined); see "
+                        "docs/performance.md")
 
     x = p.add_argument_group("where the playbooks run (docs/scale.md)")
     x.add_argument("--executor", choices=("local", "ssh"), default="local",
                    help="local: ansible-playbook on this machine (default); ssh: each wave in "
                         "shards on the execution nodes of --exec-inventory")
     x.add_argument("--exec-inventory", metavar="FILE",
-                   help="Ansible inventory whose group gdsfleet_exec lists the execution nodes")
+                   help="Ansible inventory whose group gdsfleet_exec lists the execution nodes "
+                        "(needed by --executor ssh; default: none)")
     x.add_argument("--shard-by", metavar="hash|var:NAME", default=None,
                    help="how a wave is split over execution nodes (default: a stable hash of "
                         "the host name; var:NAME keeps hosts with one value together)")
@@ -92,41 +107,62 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Ansible forks on each execution node (default: --max-parallel)")
 
     v = p.add_argument_group("verification (the gate)")
-    v.add_argument("--policy", metavar="FILE", help="policy YAML")
+    v.add_argument("--policy", metavar="FILE",
+                   help="verification policy YAML: the expected route, the minimum nvidia-fs "
+                        "version, the I/O test size and thresholds (default: the built-in "
+                        "policy, docs/cli.md)")
     v.add_argument("--io-size", metavar="SIZE",
-                   help="I/O test size after provisioning (default: the policy's)")
+                   help="I/O test size after provisioning, e.g. 64M, 1G (default: the node's "
+                        "gds_verify_io_size, else the policy's io_test_size, 1G)")
     v.add_argument("--health-io-size", metavar="SIZE", default="4M",
                    help="I/O test size of the health gate's cheap re-verification (default 4M)")
-    v.add_argument("--io-path", metavar="DIR", help="directory for the I/O test file")
-    v.add_argument("--io-timeout", type=float, default=600.0, metavar="SECONDS")
+    v.add_argument("--io-path", metavar="DIR",
+                   help="directory for the I/O test file (default: the NVMe-backed mount, "
+                        "else the policy's gds_mount)")
+    v.add_argument("--io-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="deadline of a node's I/O test command (default 600)")
     v.add_argument("--known-hosts", metavar="FILE", action="append", default=[],
-                   help="extra known_hosts file for verification (repeatable)")
+                   help="extra known_hosts file for verification, checked first (repeatable; "
+                        "default: none extra)")
     v.add_argument("--accept-new-host-keys", action="store_true",
-                   help="add unknown host keys to the project-managed known_hosts")
-    v.add_argument("--ssh-config", metavar="FILE", default="~/.ssh/config")
-    v.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS")
+                   help="add unknown host keys to the project-managed known_hosts (default "
+                        "off: an unknown key refuses the node)")
+    v.add_argument("--ssh-config", metavar="FILE", default="~/.ssh/config",
+                   help="OpenSSH client config verification honours (default ~/.ssh/config; "
+                        "'none' to skip)")
+    v.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="verification's TCP connect timeout; banner/auth timeouts are 1.5x "
+                        "(default 10)")
 
     d = p.add_argument_group("drain hooks (e.g. Slurm); {node} and {address} are substituted, "
                                 "shell-quoted")
     d.add_argument("--drain-cmd", metavar="TEMPLATE",
-                   help="run before a node is provisioned; a failure skips the node")
+                   help="run before a node is provisioned; a failure skips the node "
+                        "(default: none)")
     d.add_argument("--drain-wait-cmd", metavar="TEMPLATE",
-                   help="polled after --drain-cmd until it exits 0")
-    d.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS")
-    d.add_argument("--drain-poll", type=float, default=5.0, metavar="SECONDS")
+                   help="polled after --drain-cmd until it exits 0 (default: none)")
+    d.add_argument("--drain-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="how long --drain-wait-cmd may take before the node is skipped "
+                        "(default 600)")
+    d.add_argument("--drain-poll", type=float, default=5.0, metavar="SECONDS",
+                   help="time between two runs of --drain-wait-cmd (default 5)")
     d.add_argument("--resume-cmd", metavar="TEMPLATE",
-                   help="run after the node verified compliant")
+                   help="run after the node verified compliant (default: none)")
 
     o = p.add_argument_group("output")
-    o.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
-    o.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    o.add_argument("--json", metavar="FILE",
+                   help="write the JSON report ('-' for stdout; default: none)")
+    o.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (default: none)")
     o.add_argument("--html", metavar="FILE",
-                   help="write a self-contained HTML report (opens without network)")
+                   help="write a self-contained HTML report (opens without network; default: "
+                        "none)")
     o.add_argument("--events-log", metavar="FILE",
                    help="append per-host playbook events as JSON lines (default: runner/"
                         "events.jsonl beside a SQLite ledger)")
-    o.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    o.add_argument("--plain", action="store_true",
+                   help="plain lines even on a terminal (default: a live view on a terminal)")
+    o.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress output (default off)")
 
 
 def _extravars_mapping(item: str) -> dict[str, Any]:
@@ -406,6 +442,11 @@ def run(args: argparse.Namespace) -> int:
     with lock:
         ledger = Ledger.open(location)
         try:
+            if not args.quiet:  # the first line names the ledger, as every command's (stderr:
+                # --json -); once open: a ledger that cannot be reached stays one error line
+                from provisioner.store.location import ledger_line
+
+                sys.stderr.write(ledger_line(location) + "\n")
             if args.restart:
                 old = ledger.last_unfinished_run("rollout", fleet)
                 if old:
@@ -487,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             ledger.close()
     if not args.quiet:
-        summary_table(result)
+        summary_table(result, inventory=str(args.inventory))
         sys.stderr.write(f"ledger: {display_url(location)} (run {result.run_id})\n")
     extra = {"ledger": display_url(location), "inventory": str(args.inventory)}
     if args.json:

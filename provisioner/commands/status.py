@@ -16,7 +16,7 @@ from provisioner.exitcodes import Exit
 from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT, node_result
 from provisioner.sanitize import printable
 from provisioner.store import open_read_only
-from provisioner.store.location import display_url, resolve_ledger
+from provisioner.store.location import display_url, ledger_line, resolve_ledger
 from provisioner.verify import proof
 from provisioner.verify.model import IoTestResult
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 def print_table(rows: list[dict[str, Any]], location: str) -> None:
     out = sys.stdout
     if not rows:
-        out.write(f"no verifications recorded in {display_url(location)}\n")
+        out.write(f"{ledger_line(location)}\nno verifications recorded in it\n")
         return
     headers = ["", "NODE", "RESULT", "ROUTE", "I/O PATH", "VERIFIED AT",
                "FAILING / WARNINGS / DRIFT"]
@@ -147,7 +147,7 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        t = Table(title=Text(printable(f"ledger {display_url(location)}  (! = drift)")),
+        t = Table(title=Text(f"{ledger_line(location)}  (! = drift)"),
                   title_justify="left")
         for h in headers:
             t.add_column(h, overflow="fold")
@@ -160,7 +160,7 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
         return
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
     # the first line names the ledger read, as every command's does (issue 30)
-    out.write(printable(f"ledger {display_url(location)}") + "\n")
+    out.write(ledger_line(location) + "\n")
     for cells in [headers, *table]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")

@@ -25,6 +25,7 @@ from provisioner.reports.model import RESULT_COMPLIANT, build_report, exit_code,
 from provisioner.reports.terminal import render
 from provisioner.sanitize import printable
 from provisioner.store import display_url, fleet_id, new_run_id, resolve_ledger, utcnow
+from provisioner.store.location import ledger_line
 from provisioner.verify.usecase import NodeRequest, internal_error, unreachable_doc, verify_one
 
 if TYPE_CHECKING:
@@ -45,7 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help=f"nodes verified at once (default {DEFAULT_PARALLEL})")
 
     what = p.add_argument_group("what is checked")
-    what.add_argument("--policy", metavar="FILE", help="policy YAML (defaults: docs/cli.md)")
+    what.add_argument("--policy", metavar="FILE",
+                      help="verification policy YAML: the expected route, the minimum "
+                      "nvidia-fs version, the I/O test size and thresholds (default: the "
+                      "built-in policy, docs/cli.md)")
     what.add_argument("--io-size", metavar="SIZE",
                       help="I/O test size, e.g. 64M, 1G (default: the policy's io_test_size)")
     what.add_argument("--io-path", metavar="DIR",
@@ -344,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
         write_live(doc, html=args.html, prom_dir=args.prom_textfile,
                    location=location if not ledger_errors else None, run_id=run_id)
     if args.json != "-":
+        sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
         render(doc, sys.stdout, details=args.details)
         if location and not ledger_errors:
             sys.stdout.write(f"recorded in the ledger {display_url(location)} (run {run_id})\n")

@@ -98,12 +98,35 @@ def _breakdown(nodes: list[dict[str, Any]], key: Any) -> list[dict[str, Any]]:
             for k, c in sorted(table.items())]
 
 
+def when(value: Any) -> str:
+    """A timestamp as a person reads it: ``2026-11-22 05:00:00 UTC`` (to the second, the zone
+    named) from the ledger's ISO text with microseconds; anything else as it came (escaped by
+    the template), never an error."""
+    from datetime import datetime, timezone
+
+    if not isinstance(value, str) or not value.strip():
+        return "-"
+    text = value.strip()
+    try:
+        t = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return text
+    if t.tzinfo is None:  # the ledger writes UTC
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def context(doc: Mapping[str, Any]) -> dict[str, Any]:
     nodes = node_view(doc)
     for n in nodes:
         n["result"] = node_result(n)
         n["css"] = _css_class(n["result"])
         n["problems"] = [c for c in n.get("checks") or [] if c.get("status") in ("fail", "warn")]
+        # a warning leaves a node compliant: shown apart from failures, never hidden
+        n["warnings"] = [str(c.get("id")) for c in n.get("checks") or []
+                         if c.get("status") == "warn"]
+        n["passing"] = [c for c in n.get("checks") or []
+                        if c.get("status") not in ("fail", "warn")]
         n["gdsio_view"] = _gdsio(n)
         n["io_path_taken"] = io_path(n) if n.get("io_test") else "-"
     counts = Counter(n["result"] for n in nodes)
@@ -113,12 +136,14 @@ def context(doc: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": nodes,
         "failing": [n for n in nodes if n["result"] != RESULT_COMPLIANT],
         "drifted": [n for n in nodes if n.get("drift")],
+        "warned": [n for n in nodes if n["warnings"]],
+        "any_gdsio": any(n["gdsio_view"] for n in nodes),
         "counts": {r: counts[r] for r in RESULTS},
         "results": RESULTS,
         "by_route": _breakdown(nodes, lambda n: str(n.get("route") or "unknown")),
         "by_path": _breakdown(nodes, lambda n: n["io_path_taken"]),
         "chart": chart(nodes),
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "generated_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "css_class": _css_class,
     }
 
@@ -129,6 +154,7 @@ def to_html(doc: Mapping[str, Any]) -> str:
     source = resources.files("provisioner.reports").joinpath("templates/report.html.j2")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
+    env.filters["when"] = when
     env.filters["num"] = lambda v, fmt="%.2f": (fmt % v) if isinstance(v, int | float) else "-"
     template = env.from_string(source.read_text(encoding="utf-8"))
     # autoescape handles <, >, &; control characters (ESC sequences, NUL) from a node are
@@ -138,4 +164,4 @@ def to_html(doc: Mapping[str, Any]) -> str:
     return template.render(**context(printable_document(doc, multiline=True)))
 
 
-__all__ = ["chart", "context", "to_html"]
+__all__ = ["chart", "context", "to_html", "when"]

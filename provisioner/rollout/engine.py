@@ -234,9 +234,13 @@ class Engine(NodeSteps):
                 if summary.lost:
                     raise Lost(summary.stopped)
                 if summary.stopped:
-                    raise Stop(summary.stopped)
+                    # stopped only by nodes it could not reach: exit 2 names the cause (as
+                    # verify's does), 3 stays for a failure, a gate or a "no" (docs/cli.md)
+                    only_unreachable = 0 < summary.unreachable == summary.failures
+                    raise Stop(summary.stopped,
+                               Exit.UNREACHABLE if only_unreachable else Exit.ABORTED)
         except Stop as stop:
-            status, code, message = "aborted", Exit.ABORTED, str(stop)
+            status, code, message = "aborted", stop.code, str(stop.args[0])
         except Lost as lost:
             # like an interrupt: the run stays open (no finish_run), the same command resumes
             # and redoes the lost nodes first; no failure was counted for them
@@ -384,8 +388,10 @@ class Engine(NodeSteps):
                 summary.reboot_pending += 1
         self._total_failures += sum(1 for p in todo if self.nodes[p.name].failure)
         summary.duration_s = time.monotonic() - t0
+        from provisioner.rollout.explain import short_reason
+
         failing = sorted(
-            f"{n.name} ({n.failure}: {n.reason})"
+            f"{n.name} ({short_reason(n.failure, n.reason)})"
             for n in (self.nodes[p.name] for p in wave.nodes)
             if n.failure
         )

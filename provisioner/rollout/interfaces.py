@@ -240,7 +240,12 @@ class RolloutResult:
 
 
 class Stop(Exception):
-    """Internal: a gate or budget stopped the rollout."""
+    """Internal: a gate or budget stopped the rollout; ``code`` is its exit status (3, or 2
+    when only unreachable nodes stopped it)."""
+
+    def __init__(self, message: str, code: Exit = Exit.ABORTED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Lost(Exception):

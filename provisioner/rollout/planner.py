@@ -156,6 +156,41 @@ def wave_sizes(spec: str | Sequence[WaveSize], total: int) -> list[int]:
     return out
 
 
+def describe_waves(spec: str | Sequence[WaveSize], total: int) -> str:
+    """How ``spec`` splits ``total`` nodes, in words (issue 30 item 5): ``1,5,25%,100% on 8
+    nodes -> 3 waves of 1, 5, 2 (25% of 8 = 2; 100%: no node left)``, as :func:`wave_sizes`
+    computes it: a percentage is of the whole fleet, rounded up; an entry larger than what is
+    left takes what is left; entries after the last node add nothing; nodes left after the last
+    entry join the last wave."""
+    sizes = parse_wave_spec(spec) if isinstance(spec, str) else tuple(spec)
+    text = ",".join(str(x) for x in sizes)
+    if total <= 0:
+        return f"{text} on 0 nodes -> no wave"
+    out = wave_sizes(sizes, total)
+    notes: list[str] = []
+    empty: list[str] = []
+    left = total
+    for size in sizes:
+        want = size.resolve(total)
+        if left <= 0:
+            empty.append(str(size))
+            continue
+        took = min(want, left)
+        if size.percent and took == want:
+            notes.append(f"{size} of {total} = {want}")
+        elif took < want:
+            notes.append(f"{size}{f' of {total} = {want}' if size.percent else ''}: "
+                         f"only {took} left")
+        left -= took
+    if empty:
+        notes.append(f"{', '.join(empty)}: no node left")
+    if left > 0:
+        notes.append(f"the {left} node(s) after the last entry join the last wave")
+    waves = f"{len(out)} wave{'s' if len(out) != 1 else ''} of {', '.join(map(str, out))}"
+    return (f"{text} on {total} node{'s' if total != 1 else ''} -> {waves}"
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
 def node_action(
     name: str, latest: Mapping[str, Mapping[str, Any]], *, force: bool = False
 ) -> tuple[Action, str]:

@@ -61,9 +61,12 @@ class PlainObserver:
         self.total = len(plan)
         self.finished = len(done)
         what = "resuming" if resumed else "starting"
+        from provisioner.rollout.planner import describe_waves
+
+        # how the spec collapsed on this fleet, not only how many waves (issue 30 item 5)
         self._print(
-            f"rollout {run_id}: {what}: {len(plan)} node(s) in {len(plan.waves)} wave(s) "
-            f"({plan.spec})" + (f"; {len(done)} already finished" if done else "")
+            f"rollout {run_id}: {what}: {describe_waves(plan.spec, len(plan))}"
+            + (f"; {len(done)} already finished" if done else "")
         )
 
     def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:
@@ -147,8 +150,13 @@ class LiveObserver:
         with self._lock:
             self.progress.update(self.overall, total=len(plan), completed=len(done),
                                  description=f"rollout {run_id}")
-            if resumed:
-                self.console.print(f"resuming rollout {_lit(run_id)}: {len(done)} node(s) finished")
+            from provisioner.rollout.planner import describe_waves
+
+            what = "resuming" if resumed else "starting"
+            self.console.print(_lit(f"rollout {run_id}: {what}: "
+                                    f"{describe_waves(plan.spec, len(plan))}"
+                                    + (f"; {len(done)} node(s) finished" if done else "")),
+                               soft_wrap=True)
             self._refresh()
 
     def wave_start(self, wave: Wave, todo: Sequence[str]) -> None:
@@ -201,10 +209,16 @@ def make_observer(*, quiet: bool = False, plain: bool | None = None) -> Any:
     return PlainObserver() if plain else LiveObserver()
 
 
-def summary_table(result: RolloutResult, stream: IO[str] | None = None) -> None:
-    """The final per-node table and the verdict."""
+def summary_table(result: RolloutResult, stream: IO[str] | None = None,
+                  inventory: str | None = None) -> None:
+    """The final per-node table, one line per node that failed (what, where, what to do) and
+    the verdict."""
+    import textwrap
+
     from rich.console import Console
     from rich.table import Table
+
+    from provisioner.rollout.explain import explain_nodes, short_reason
 
     console = Console(file=stream or sys.stderr, width=140 if stream is None else 140)
     table = Table(title=_lit(f"rollout {result.run_id}: {result.status}"), show_lines=False)
@@ -212,13 +226,19 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None) -> None:
         table.add_column(col, overflow="fold")
     for n in result.nodes.values():
         wave = "canary" if n.wave == 0 else str(n.wave)
-        detail = n.reason + (" (finished earlier)" if n.carried_over else "")
+        detail = short_reason(n.failure, n.reason) + (" (finished earlier)"
+                                                       if n.carried_over else "")
+        # cut at a word, never mid-word; the whole reason is on the node's line below
+        cell = textwrap.shorten(detail, 100, placeholder=" ...") if detail.strip() else ""
         table.add_row(_lit(n.name), wave, _lit(str(n.action)),
-                      f"[{_STYLE.get(n.step, '')}]{_lit(n.step)}[/]", _lit(detail[:160]))
+                      f"[{_STYLE.get(n.step, '')}]{_lit(n.step)}[/]", _lit(cell))
     console.print(table)
+    for line in explain_nodes(result.nodes.values(), inventory):
+        # one line each, whatever the node said (escaped; never wrapped by rich)
+        console.print(_lit(line), soft_wrap=True)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items()))
     console.print(_lit(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
-                       f"exit {int(result.exit_code)}"))
+                       f"exit {int(result.exit_code)}"), soft_wrap=True)
 
 
 def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:

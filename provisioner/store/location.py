@@ -68,3 +68,17 @@ def display_url(url_or_path: str) -> str:
         return redact_text(make_url(url_or_path).render_as_string(hide_password=True))
     except ArgumentError:
         return "<unparseable ledger URL>"
+
+
+def ledger_line(location: str | None) -> str:
+    """The line every command prints first: which ledger it reads or writes (issue 30).
+
+    One wording for ``status``, ``history``, ``report``, ``plan``, ``verify`` and ``rollout``,
+    the password hidden and the text escaped (a location may come from the environment);
+    ``None`` is ``verify --no-ledger``.
+    """
+    from provisioner.sanitize import printable
+
+    if location is None:
+        return "ledger: none (--no-ledger: nothing is read or recorded)"
+    return printable(f"ledger {display_url(location)}")

@@ -60,6 +60,20 @@ def lab_dir() -> Path:
     return Path(os.environ.get("GDSFLEET_LAB_DIR", str(ROOT / ".lab")))
 
 
+def stop_repo_gpg_agent(base: Path | None = None) -> bool:
+    """Stop the gpg-agent that signing the stand-in repository started (its GNUPGHOME is
+    ``.lab/standin-repo-gnupg``, build.sh); teardown left it running (issue 30 item 9).
+    True when there was a key home to stop an agent of."""
+    home = (base or lab_dir()) / "standin-repo-gnupg"
+    if not home.is_dir():
+        return False
+    if shutil.which("gpgconf"):
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"],
+                       env={**os.environ, "GNUPGHOME": str(home)},
+                       capture_output=True, check=False, timeout=30)
+    return True
+
+
 DEFAULT_REPO_PORT = 8470  # what inventories/lab/group_vars/all/repositories.yml names
 
 
@@ -469,6 +483,7 @@ class Lab:
             self.save_state({"nodes": [], "started_repo": False})
             if (stop_repo_server if stop_repo_server is not None else started):
                 stop_repo()
+            stop_repo_gpg_agent(self.base)
             if errors:
                 raise LabError("; ".join(errors))
         return removed

@@ -85,3 +85,24 @@ def build(tmp: Path) -> tuple[str, str]:
             ledger.record_verification(second, doc, step="verified")
         ledger.finish_run(second, "unreachable")
     return path, second
+
+
+LAB_NODES = tuple(f"gdsfleet-lab-{i:02d}" for i in range(1, 9))
+
+
+def build_lab(tmp: Path) -> tuple[str, str]:
+    """A ledger shaped like the lab's first run (issue 30 item 6): 8 compliant nodes, each
+    with the ``fs.mount.nvme`` warning the simulated lab gives; the figures are the fixture's.
+    The ledger path and the run id."""
+    path = str(tmp / "lab-ledger.sqlite")
+    with Ledger.open(path) as ledger:
+        run = ledger.start_run("verify", "inventories/lab", {})
+        for i, name in enumerate(LAB_NODES):
+            doc = node(name, write=2.0 + i / 10, read=2.5 + i / 10)
+            doc["checks"].append({"id": "fs.mount.nvme", "status": "warn",
+                                  "expected": "an NVMe-backed mount",
+                                  "observed": "a loop device",
+                                  "message": "mount an NVMe namespace at the GDS mount point"})
+            ledger.record_verification(run, doc, step="verified")
+        ledger.finish_run(run, "compliant")
+    return path, run

@@ -87,3 +87,50 @@ def test_the_program_exits_with_the_heap_frozen_and_main_leaves_it_alone(
     assert lib_code == prog_code  # the same command, the same exit status
     assert lib.split()[1] == "0"
     assert prog.split()[1] == "True"
+
+
+def _options(command: str) -> list[tuple[str, str | None]]:
+    """(first option string, help) of every option of a sub-command's parser."""
+    import argparse
+
+    from provisioner.cli import build_parser
+
+    parser = build_parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cmd = sub.choices[command]
+    actions = list(cmd._actions)
+    for a in cmd._actions:  # a command with sub-commands of its own (exec-nodes): theirs too
+        if isinstance(a, argparse._SubParsersAction):
+            actions += [x for p in a.choices.values() for x in p._actions]
+    return [(a.option_strings[-1], a.help) for a in actions
+            if a.option_strings and not a.required]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_option_has_a_help_text(command: str) -> None:
+    """issue 30 item 4: --io-timeout, --ssh-config, --connect-timeout, --drain-timeout and
+    --drain-poll had none in rollout --help."""
+    bare = [opt for opt, text in _options(command) if not (text or "").strip()]
+    assert bare == [], f"{command}: options without help: {bare}"
+
+
+def test_every_rollout_option_names_its_default() -> None:
+    import re
+
+    bare = [opt for opt, text in _options("rollout")
+            if opt != "--help" and not re.search(r"default", text or "")]
+    assert bare == [], f"rollout options whose help gives no default: {bare}"
+
+
+def test_rollout_help_leads_with_the_five_that_matter(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["rollout", "--help"])
+    out = capsys.readouterr().out
+    group = out.split("the options that matter most:", 1)[1].split("\n\n", 1)[0]
+    lead = [ln.split()[0].rstrip(",") for ln in group.splitlines()
+            if ln.startswith("  -")]
+    assert lead == ["-i", "--waves", "--max-failures", "--allow-reboot", "--ledger"]
+    assert out.index("the options that matter most:") < out.index("gates and budgets:")
+    policy = " ".join(out.rsplit("--policy FILE", 1)[1].split()[:12])
+    assert "expected route" in policy  # says what the file holds, not only "policy YAML"

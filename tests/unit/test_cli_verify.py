@@ -107,6 +107,7 @@ def test_local_writes_reports_and_ledger(fake_core: None, tmp_path: Path,
     root = ET.parse(tmp_path / "r.xml").getroot()  # noqa: S314 - our own output
     assert root.find("testsuite/testcase").get("name") == "nvfs.module.loaded"  # type: ignore[union-attr]
     assert "COMPLIANT" in out.out and str(ledger) in out.out
+    assert out.out.splitlines()[0] == f"ledger {ledger}"  # the first line, as every command's
     with Ledger.open(ledger) as led:
         latest = led.latest()
         assert [x["node"] for x in latest] == [node["name"]]
@@ -119,6 +120,11 @@ def test_json_to_stdout_is_pure_json(fake_core: None, tmp_path: Path,
     assert main(["verify", "--local", "--no-ledger", "--json", "-"]) == Exit.OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["ledger"] is None and len(doc["nodes"]) == 1
+
+
+def test_no_ledger_says_so_first(fake_core: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "--local", "--no-ledger"]) == Exit.OK
+    assert capsys.readouterr().out.splitlines()[0].startswith("ledger: none (--no-ledger")
 
 
 def test_ledger_from_environment(fake_core: None, tmp_path: Path,

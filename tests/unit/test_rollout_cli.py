@@ -296,3 +296,14 @@ def test_a_playbook_cut_by_its_deadline_leaves_the_canary_lost_and_resumable(
     assert run["status"] == "succeeded"
     steps = [e["step"] for e in led.step_events(run["id"], "node01")]
     assert steps[:3] == ["pending", "provisioning", "lost"] and steps[-1] == "skipped"
+
+
+def test_rollout_names_its_ledger_first(lab: dict[str, Path],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 30 item 1: rollout's first line (on stderr, where its progress goes) names the
+    ledger, in the words every command uses; the waves line says how the spec collapsed."""
+    assert main(_args(lab, "--waves", "1,5,25%,100%", "--limit", "node01:node02")) == Exit.OK
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"ledger {lab['ledger']}"
+    assert any(ln.endswith(": 1,5,25%,100% on 2 nodes -> 2 waves of 1, 1 (5: only 1 left; "
+                           "25%, 100%: no node left)") for ln in err)

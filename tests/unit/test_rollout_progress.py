@@ -48,7 +48,8 @@ def test_plain_observer_lines() -> None:
     obs.gate("health", True, "1/1 compliant")
     text = out.getvalue().splitlines()
     assert text == [
-        "rollout r1: resuming: 2 node(s) in 2 wave(s) (1,100%); 1 already finished",
+        "rollout r1: resuming: 1,100% on 2 nodes -> 2 waves of 1, 1 (100% of 2 = 2: only 1 "
+        "left); 1 already finished",
         "== wave 1: 1 node(s): b",
         "[1/2] b: provisioning",
         "[2/2] b: compliant (verified)",

@@ -25,6 +25,13 @@ out=$lab/standin-repo
 keyring_port=8470
 kernel=${GDSFLEET_SIM_KERNEL:-$(uname -r)}
 export GNUPGHOME=$lab/standin-repo-gnupg
+# Signing starts a gpg-agent for this key home: stop it when the build ends, whatever the
+# outcome (lab teardown stops it too, tests.harness.lab.stop_repo_gpg_agent; issue 30 item 9).
+# --no-auto-check-trustdb: no "gpg: checking the trustdb" lines (these keys sign, nobody
+# verifies with this keyring).
+stop_agent() { gpgconf --kill gpg-agent >/dev/null 2>&1 || true; }
+trap stop_agent EXIT
+gpg() { command gpg --no-auto-check-trustdb "$@"; }
 mkdir -p "$lab"
 
 exec 9>"$lab/standin-repo.lock"
@@ -62,7 +69,7 @@ fpr() { gpg --batch --with-colons --list-keys "$1@gdsfleet.invalid" | awk -F: '$
 cuda_key=$(fpr cuda); doca_key=$(fpr doca); debian_key=$(fpr debian)
 
 new=$(mktemp -d "$lab/standin-repo.new.XXXXXX")
-trap 'rm -rf "$new"' EXIT
+trap 'rm -rf "$new"; stop_agent' EXIT
 cuda_dir=$new/cuda/repos/debian12/x86_64
 doca_dir=$new/doca/3.1.0/debian12/x86_64
 mkdir -p "$cuda_dir" "$doca_dir"

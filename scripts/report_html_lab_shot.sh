@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The HTML report of a lab-shaped run (8 compliant nodes, each with the simulated lab's
+# fs.mount.nvme warning; tests/unit/reportsfleet.py build_lab), rendered by `provisioner report`
+# and shot by headless chromium with the network closed: docs/evidence/reports/report-html-lab.png.
+# Usage: bash scripts/report_html_lab_shot.sh [OUT.png]   (figures are the fixture's)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(realpath -m "${1:-$root/docs/evidence/reports/report-html-lab.png}")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+py=${PYTHON:-$root/.venv/bin/python}
+cd "$work"  # relative paths: the page names no machine path
+PYTHONPATH=$root "$py" -c 'from pathlib import Path; from tests.unit.reportsfleet import build_lab; build_lab(Path("."))'
+PYTHONPATH=$root "$py" -m provisioner report latest --ledger lab-ledger.sqlite --html lab.html
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run \
+  --user-data-dir="$work/profile" --proxy-server=127.0.0.1:9 "--host-resolver-rules=MAP * ~NOTFOUND" \
+  --window-size=1400,2000 --screenshot="$out" "file://$work/lab.html" 2>/dev/null
+echo "wrote $out"

@@ -36,23 +36,35 @@ _RUN_CMD = ("import json, subprocess, sys\n"
             "    print(json.dumps([p.returncode, p.stdout.decode(), p.stderr.decode()]))\n"
             "except FileNotFoundError as exc:\n"
             "    print(json.dumps([2, '', str(exc)]))\n")
-_loader_ready = False
+_loader_base: Path | None = None
 
 
 def _collection_loader() -> None:
     """The collection loader, with gdsfleet.gds resolved to THIS checkout (a symlink in a
     temporary collections path): verify.yml's filters are the ones beside the playbook."""
-    global _loader_ready
-    if _loader_ready:
-        return
+    global _loader_base
+    from ansible.plugins.loader import filter_loader, test_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
     from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 
-    base = Path(tempfile.mkdtemp(prefix="gdsfleet-conformance-collections-"))
-    atexit.register(shutil.rmtree, base, True)
-    (base / "ansible_collections" / "gdsfleet").mkdir(parents=True)
-    (base / "ansible_collections" / "gdsfleet" / "gds").symlink_to(ROOT)
-    _AnsibleCollectionFinder(paths=[str(base)])._install()
-    _loader_ready = True
+    finder = AnsibleCollectionConfig.collection_finder
+    if (_loader_base is not None and finder is not None
+            and str(_loader_base) in AnsibleCollectionConfig.collection_paths):
+        return
+    if _loader_base is None:
+        _loader_base = Path(tempfile.mkdtemp(prefix="gdsfleet-conformance-collections-"))
+        atexit.register(shutil.rmtree, _loader_base, True)
+        (_loader_base / "ansible_collections" / "gdsfleet").mkdir(parents=True)
+        (_loader_base / "ansible_collections" / "gdsfleet" / "gds").symlink_to(ROOT)
+    # another test of this process may have used Ansible first (a Templar with no collection
+    # finder imports `ansible_collections` as a plain namespace package of site-packages, where
+    # gdsfleet.gds is not): that import, the finder and the lookups cached are dropped
+    for name in [m for m in sys.modules
+                 if m == "ansible_collections" or m.startswith("ansible_collections.")]:
+        del sys.modules[name]
+    _AnsibleCollectionFinder(paths=[str(_loader_base)])._install()
+    for loader in (filter_loader, test_loader):
+        loader._clear_caches()
 
 
 def _trust(value: Any) -> Any:

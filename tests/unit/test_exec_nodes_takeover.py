@@ -149,9 +149,15 @@ def test_standby_coordinator_takes_the_pg_lock_when_the_first_dies(
                              text=True)
     try:
         assert first.stdout is not None and first.stdout.readline().strip() == "held"
-        threading.Timer(1.0, first.kill).start()
         said: list[str] = []
-        standby = fleet_lock(pg_url, "fleet-t", wait_s=60, say=said.append)
+
+        def waiting(message: str) -> None:
+            # the first dies once the standby waits for it, not after a fixed second (on a
+            # loaded machine the standby's first try came after the kill, and nobody waited)
+            said.append(message)
+            first.kill()
+
+        standby = fleet_lock(pg_url, "fleet-t", wait_s=60, say=waiting)
         assert isinstance(standby, PgAdvisoryLock)
         t0 = time.monotonic()
         with standby:

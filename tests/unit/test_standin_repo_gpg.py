@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,18 @@ def test_build_sh_stops_its_agent_and_skips_the_trustdb_check() -> None:
     assert 'gpg() { command gpg --no-auto-check-trustdb "$@"; }' in text
 
 
-def test_signing_is_quiet_and_teardown_stops_the_agent(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short folder: gpg-agent's socket lives in GNUPGHOME when /run/user has none, and a
+    Unix socket path holds 108 bytes, which pytest-xdist's tmp_path can pass."""
+    base = Path(tempfile.mkdtemp(prefix="gg-", dir="/tmp"))
+    yield base
+    stop_repo_gpg_agent(base)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_signing_is_quiet_and_teardown_stops_the_agent(short_tmp: Path) -> None:
+    tmp_path = short_tmp
     home = tmp_path / "standin-repo-gnupg"
     home.mkdir(mode=0o700)
     env = {**os.environ, "GNUPGHOME": str(home)}

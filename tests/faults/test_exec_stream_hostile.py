@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import io
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,15 @@ import pytest
 
 from provisioner.rollout.executors.stream import MAX_LINE, _BoundedReader
 from tests.unit import test_exec_nodes as base
-from tests.unit.test_exec_nodes import BIN, HOSTS, _exec_inventory, _outcomes, _rollout, needs_sshd
+from tests.unit.test_exec_nodes import (
+    BIN,
+    HOSTS,
+    _exec_inventory,
+    _outcomes,
+    _rollout,
+    hostile_archive,
+    needs_sshd,
+)
 
 lab = base.lab  # two real sshd on loopback, the targets are ansible_connection: local hosts
 env = base.env
@@ -44,18 +51,6 @@ HEADERS = {
     "other-key-first": '{{"x": 1, "zipfile": {n}}}',
     "status-beside": '{{"zipfile": {n}, "status": "successful"}}',
 }
-
-
-def hostile_archive(outside: Path) -> bytes:
-    """A zip holding ``link -> outside`` and ``link/pwned`` (stream_dir's layout)."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        link = zipfile.ZipInfo("link")
-        link.create_system = 3
-        link.external_attr = (0o777 | 0xA000) << 16
-        zf.writestr(link, str(outside))
-        zf.writestr("link/pwned", "written through the link")
-    return buf.getvalue()
 
 
 def archive_lines(header: str, outside: Path) -> bytes:

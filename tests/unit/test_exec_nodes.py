@@ -468,11 +468,10 @@ def test_dispatches_table_added_to_an_older_ledger_and_optional_read_only(
         ("e1", "done", ["n1"], {"ssh_rc": 0})]
 
 
-def _hostile_stream(outside: Path) -> bytes:
-    """A worker stream whose artifacts archive holds a symbolic link to ``outside`` and a file
-    written through it (the archive layout of ansible-runner 2.4.3's stream_dir,
+def hostile_archive(outside: Path) -> bytes:
+    """A zip holding a symbolic link ``link -> outside`` and a file ``link/pwned`` written
+    through it (the archive layout of ansible-runner 2.4.3's stream_dir,
     src/ansible_runner/utils/streaming.py, tag 2.4.3)."""
-    import base64
     import io
     import zipfile
 
@@ -483,7 +482,14 @@ def _hostile_stream(outside: Path) -> bytes:
         link.external_attr = (0o777 | 0xA000) << 16
         zf.writestr(link, str(outside))
         zf.writestr("link/pwned", "written through the link")
-    raw = buf.getvalue()
+    return buf.getvalue()
+
+
+def _hostile_stream(outside: Path) -> bytes:
+    """A worker stream whose artifacts archive is :func:`hostile_archive`."""
+    import base64
+
+    raw = hostile_archive(outside)
     return (json.dumps({"status": "successful"}).encode() + b"\n"
             + json.dumps({"zipfile": len(raw)}).encode() + b"\n" + base64.b64encode(raw)
             + json.dumps({"eof": True}).encode() + b"\n")

@@ -142,6 +142,9 @@ def _play(sshd: dict, env: dict[str, str], known: str,
     full.pop("ANSIBLE_PIPELINING", None)
     full.update(env)
     full["ANSIBLE_LOCAL_TEMP"] = str(root / "local-tmp")
+    # a loaded machine can take ssh past Ansible's 10 s connect timeout, which is unreachable
+    # too but without the refusal these tests read
+    full["ANSIBLE_TIMEOUT"] = "60"
     ansible_playbook = Path(sys.executable).parent / "ansible-playbook"
     return subprocess.run([str(ansible_playbook), "-i", str(inv), str(root / "site.yml"),
                            "-vvv"], env=full, capture_output=True, text=True, timeout=180,

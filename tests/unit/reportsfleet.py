@@ -106,3 +106,14 @@ def build_lab(tmp: Path) -> tuple[str, str]:
             ledger.record_verification(run, doc, step="verified")
         ledger.finish_run(run, "compliant")
     return path, run
+
+
+def compat_report(name: str, checks: list[CheckResult], compliant: bool = True) -> dict[str, Any]:
+    """A reachable node's report with these checks and a compat 1 MiB I/O test, as a ledger
+    stores it (the CLI wording tests' one node shape)."""
+    return NodeReport(
+        name=name, reachable=True, compliant=compliant, route="compat", checks=checks,
+        io_test=IoTestResult(path_taken="compat", verified=True, bytes=1 << 20, path="/mnt/gds",
+                             evidence={}, reason="compat"),
+        facts={},
+    ).to_dict()

@@ -15,17 +15,8 @@ from provisioner.cli import main
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
 from provisioner.store.location import ledger_line
-from provisioner.verify.model import CheckResult, IoTestResult, NodeReport
-
-
-def _report(name: str) -> dict:
-    return NodeReport(
-        name=name, reachable=True, compliant=True, route="compat",
-        checks=[CheckResult("gpu.driver", "pass", "ok", "ok", "")],
-        io_test=IoTestResult(path_taken="compat", verified=True, bytes=1 << 20, path="/mnt/gds",
-                             evidence={}, reason="compat"),
-        facts={},
-    ).to_dict()
+from provisioner.verify.model import CheckResult
+from tests.unit.reportsfleet import compat_report
 
 
 @pytest.fixture
@@ -33,7 +24,8 @@ def ledger(tmp_path: Path) -> Path:
     path = tmp_path / "fleet-a.sqlite"
     with Ledger.open(path) as led:
         run = led.start_run("verify", "fleet")
-        led.record_verification(run, _report("lab-01"))
+        led.record_verification(
+            run, compat_report("lab-01", [CheckResult("gpu.driver", "pass", "ok", "ok", "")]))
         led.finish_run(run, "compliant")
     return path
 

@@ -10,16 +10,8 @@ import pytest
 from provisioner.cli import main
 from provisioner.exitcodes import Exit
 from provisioner.store import Ledger
-from provisioner.verify.model import CheckResult, IoTestResult, NodeReport
-
-
-def _report(name: str, checks: list[CheckResult], compliant: bool) -> dict:
-    return NodeReport(
-        name=name, reachable=True, compliant=compliant, route="compat", checks=checks,
-        io_test=IoTestResult(path_taken="compat", verified=True, bytes=1 << 20, path="/mnt/gds",
-                             evidence={}, reason="compat"),
-        facts={},
-    ).to_dict()
+from provisioner.verify.model import CheckResult
+from tests.unit.reportsfleet import compat_report
 
 
 @pytest.fixture
@@ -30,8 +22,8 @@ def ledger(tmp_path: Path) -> Path:
     fail = CheckResult("cufile.json", "fail", "missing", "present", "install it")
     with Ledger.open(path) as led:
         run = led.start_run("verify", "fleet")
-        led.record_verification(run, _report("lab-01", [ok, warn], True))
-        led.record_verification(run, _report("lab-02", [ok, warn, fail], False))
+        led.record_verification(run, compat_report("lab-01", [ok, warn], True))
+        led.record_verification(run, compat_report("lab-02", [ok, warn, fail], False))
         led.finish_run(run, "done")
     return path
 

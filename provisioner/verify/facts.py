@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+from provisioner.verify import netfs
 from provisioner.verify.parsers import (
     cufile,
     driver,
@@ -220,6 +221,12 @@ def build_facts(doc: dict[str, Any]) -> dict[str, Any]:
         "nvme_mounts": storage.nvme_mount_points(mounts, devices),
         "mountinfo": storage.parse_mountinfo(_text(doc, "mountinfo") or ""),
         "nvme_topology": storage.parse_nvme_topology(_text(doc, "nvme_topology") or ""),
+    }
+
+    # network filesystems: the GDS clients' kernel modules and the RDMA ports
+    facts["netfs"] = {
+        "client_modules": netfs.parse_client_modules(_text(doc, "netfs_client_modules")),
+        **netfs.parse_rdma_ports(_item(doc, "rdma_ports")),
     }
 
     # reboot marker

@@ -8,6 +8,7 @@ ones GDS prints (tests/fixtures/gdscheck/netfs-*.yml carry real captures with th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,28 +18,37 @@ class NetFs:
     name: str  # what the operator calls it
     gdscheck_line: str  # the DRIVER CONFIGURATION key in gdscheck -p
     fix: str  # the step that makes GDS support it
+    # the kernel module of its GDS client: the one nvidia-fs registers with (NVIDIA/gds-nvidia-fs
+    # src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, v2.28.4; tests/fixtures/netfs/prerequisites.yml)
+    client_module: str = ""
 
 
 NETWORK_FILESYSTEMS: dict[str, NetFs] = {
     "nfs": NetFs("NFS over RDMA", "NFS",
                  "mount it with proto=rdma,port=20049 (gdsfleet.gds.netfs) on the DOCA/MLNX "
-                 "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)"),
+                 "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)",
+                 client_module="rpcrdma"),
     "nfs4": NetFs("NFS over RDMA", "NFS",
                   "mount it with proto=rdma,port=20049 (gdsfleet.gds.netfs) on the DOCA/MLNX "
-                  "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)"),
+                  "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)",
+                  client_module="rpcrdma"),
     "lustre": NetFs("DDN EXAScaler (Lustre)", "DDN EXAScaler",
                     "install DDN's EXAScaler client built with GDS support and LNet over o2ib "
-                    "(DDN's EXAScaler client guide)"),
+                    "(DDN's EXAScaler client guide)",
+                    client_module="lnet"),
     "gpfs": NetFs("IBM Storage Scale", "IBM Spectrum Scale",
                   "enable Storage Scale's GDS support (mmchconfig verbsRdma=enable, verbsPorts, "
-                  "verbsGPUDirectStorage=yes; IBM's GDS guide)"),
+                  "verbsGPUDirectStorage=yes; IBM's GDS guide)",
+                  client_module="mmfslinux"),
     "wekafs": NetFs("WekaFS", "WekaFS",
                     "mount WekaFS with its GDS-capable client over the RDMA NIC (WEKA's GDS "
-                    "guide)"),
+                    "guide)",
+                    client_module="wekafsio"),
     "beegfs": NetFs("BeeGFS", "BeeGFS",
                     "rebuild the BeeGFS client with GDS (beegfs-client-autobuild.conf "
                     "NVFS_INCLUDE_PATH, OFED_INCLUDE_PATH, NVIDIA_INCLUDE_PATH; BeeGFS's GDS "
-                    "documentation)"),
+                    "documentation)",
+                    client_module="beegfs"),
 }
 
 
@@ -81,9 +91,81 @@ def rdma_state(gdscheck_parsed: dict[str, Any] | None) -> dict[str, Any]:
             "devices_up": up}
 
 
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def parse_client_modules(text: str | None) -> list[str] | None:
+    """The GDS clients' kernel modules loaded (the gather's ``netfs_client_modules``: names
+    under /sys/module); None when not gathered. Only known names count."""
+    if text is None:
+        return None
+    known = {fs.client_module for fs in NETWORK_FILESYSTEMS.values()} | {"ko2iblnd"}
+    return sorted({ln.strip() for ln in text.splitlines()} & known)
+
+
+def parse_rdma_ports(item: dict[str, Any]) -> dict[str, Any]:
+    """``rdma_ports``: each RDMA port (``DEVICE PORT STATE`` lines, the state as sysfs writes
+    it, ``4: ACTIVE``) and how many are ACTIVE. ``rdma_readable`` False: not gathered (an
+    older gather); ``rdma_ports`` empty with it True: no RDMA device on the node."""
+    rc = item.get("rc")
+    if rc not in (0, None) or (rc is None and item.get("err") != "missing"):
+        return {"rdma_readable": False, "rdma_ports": [], "rdma_active": 0}
+    ports: list[dict[str, str]] = []
+    for line in str(item.get("out") or "").splitlines()[:64]:
+        parts = line.split(None, 2)
+        if len(parts) != 3 or not (_NAME.fullmatch(parts[0]) and parts[1].isdigit()):
+            continue
+        state = parts[2].split(":", 1)[-1].strip().upper()[:32]
+        ports.append({"device": parts[0], "port": parts[1][:8],
+                      "state": state if re.fullmatch(r"[A-Z_]{1,32}", state) else "UNKNOWN"})
+    return {"rdma_readable": True, "rdma_ports": ports,
+            "rdma_active": sum(1 for p in ports if p["state"] == "ACTIVE")}
+
+
+def node_evidence(facts: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`prerequisites` reads of the node without gdscheck, from its facts."""
+    return {**(facts.get("netfs") or {}),
+            "rdma_dev_addr_list": (facts.get("cufile") or {}).get("rdma_dev_addr_list"),
+            "operator": bool((facts.get("operator") or {}).get("managed"))}
+
+
+def _without_gdscheck(fs: NetFs, node: dict[str, Any]) -> list[str]:
+    """Without gdscheck on a GPU Operator node (the operator puts none on the host): what the
+    node itself shows, the same prerequisites gdscheck's lines stand for. The I/O test's
+    nvidia-fs counters are then the proof that cuFile took the direct path."""
+    missing: list[str] = []
+    if not node.get("operator"):
+        # a host install has gds-tools (gdsfleet.gds.cuda): its gdscheck is the judge
+        missing.append(f"no gdscheck -p output to show {fs.gdscheck_line} support (install "
+                       "gds-tools-X-Y: gdsfleet.gds.cuda)")
+        return missing
+    mods = node.get("client_modules")
+    if mods is None:
+        missing.append(f"no gdscheck -p output to show {fs.gdscheck_line} support, and the "
+                       "node's kernel modules were not read")
+        return missing
+    if fs.client_module not in mods:
+        missing.append(f"the {fs.name} client's kernel module {fs.client_module} is not loaded "
+                       f"(nvidia-fs registers with it; load the client's GDS build: modprobe "
+                       f"{fs.client_module})")
+    addrs = node.get("rdma_dev_addr_list")
+    if not addrs:
+        missing.append("cufile.json has no properties.rdma_dev_addr_list: cuFile loads its RDMA "
+                       "library only for the client NICs' addresses listed there (set it through "
+                       "cufile_config in the inventory: gdsfleet.gds.cufile)")
+    if node.get("rdma_readable") and int(node.get("rdma_active") or 0) < 1:
+        seen = ", ".join(f"{p['device']}/{p['port']} {p['state']}"
+                         for p in node.get("rdma_ports") or []) or "no RDMA device"
+        missing.append(f"no RDMA port ACTIVE (/sys/class/infiniband: {seen[:300]}; bring a "
+                       "client NIC's link up: ibstat shows its state)")
+    return missing
+
+
 def prerequisites(fstype: str, options: list[str], gdscheck_parsed: dict[str, Any] | None,
-                  nvfs_loaded: bool) -> list[str]:
-    """What is missing for GDS on this network mount (empty: nothing)."""
+                  nvfs_loaded: bool, node: dict[str, Any] | None = None) -> list[str]:
+    """What is missing for GDS on this network mount (empty: nothing). ``node``: what the
+    node shows without gdscheck (client_modules, rdma_readable, rdma_ports, rdma_active,
+    rdma_dev_addr_list), judged only when there is no gdscheck output."""
     fs = NETWORK_FILESYSTEMS[fstype]
     missing: list[str] = []
     if fstype in ("nfs", "nfs4"):
@@ -92,7 +174,7 @@ def prerequisites(fstype: str, options: list[str], gdscheck_parsed: dict[str, An
             missing.append(f"the NFS mount is over {proto.upper()} (proto={proto}), not RDMA: "
                            "GDS reaches NFS only over RDMA, over TCP cuFile runs in compat mode")
     if gdscheck_parsed is None:
-        missing.append(f"no gdscheck -p output to show {fs.gdscheck_line} support")
+        missing += _without_gdscheck(fs, node or {})
     else:
         value = _driver(gdscheck_parsed).get(fs.gdscheck_line.lower())
         if not line_supported(value):

@@ -51,6 +51,13 @@ NVME_RDMA = "nvme_rdma_v1_register_nvfs_dma_ops"
 # the mount; the profile's node.netfs_mount says what is mounted (fstype, source, options)
 NETFS = ("nfs-rdma", "nfs-tcp", "lustre", "gpfs", "wekafs", "beegfs")
 NETFS_DEVNO = "0:50"
+# the kernel module of each network filesystem's GDS client, the one nvidia-fs registers with
+# (NVIDIA/gds-nvidia-fs src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, tag v2.28.4; a loaded module shows
+# as /sys/module/NAME); the RDMA port a netfs node has up unless its profile says otherwise
+NETFS_CLIENT_MODULE = {"nfs": "rpcrdma", "nfs4": "rpcrdma", "lustre": "lnet", "gpfs": "mmfslinux",
+                       "wekafs": "wekafsio", "beegfs": "beegfs"}
+NETFS_RDMA_PORTS = {"mlx5_0/1": "4: ACTIVE"}
+NETFS_RDMA_ADDRS = ["192.0.2.10"]  # TEST-NET-1: the client NIC cufile.json names
 # per-mount (VFS) flags: mountinfo's field 6; everything else is the superblock's
 VFS_FLAGS = ("rw", "ro", "noatime", "relatime", "strictatime", "nodiratime", "nosuid", "nodev",
              "noexec")  # an anonymous device number, as the kernel gives a network mount
@@ -155,11 +162,19 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         lsblk_devs.append(entry)
     gpus = [{"name": "NVIDIA H100 80GB HBM3", "bdf": f"00000000:{0x19 + i:02X}:00.0"}
             for i in range(2)]
+    # a network filesystem's client module loaded, an RDMA port and the client NIC in
+    # cufile.json (node.netfs_client_modules, node.rdma_ports, node.rdma_dev_addr_list)
+    net_fstype = str((over.get("netfs_mount") or {}).get("fstype")) if storage in NETFS else ""
+    client_modules = over.get("netfs_client_modules", [NETFS_CLIENT_MODULE[net_fstype]]
+                              if net_fstype in NETFS_CLIENT_MODULE else [])
+    rdma_ports = over.get("rdma_ports", NETFS_RDMA_PORTS if storage in NETFS else {})
+    rdma_addrs = over.get("rdma_dev_addr_list", NETFS_RDMA_ADDRS if storage in NETFS else [])
     cufile_json = over.get("cufile_json")
     if cufile_json is None and (host_gds or operator) and route != "none":
         p2p = "true" if route == "p2pdma" else "false"
+        addrs = (f', "rdma_dev_addr_list": {json.dumps(rdma_addrs)}' if rdma_addrs else "")
         cufile_json = ('{\n  // rendered by gdsfleet.gds.cufile\n  "properties": '
-                       f'{{"allow_compat_mode": false, "use_pci_p2pdma": {p2p}}},\n'
+                       f'{{"allow_compat_mode": false, "use_pci_p2pdma": {p2p}{addrs}}},\n'
                        f'  "block": {{"nvme": {{"use_pci_p2pdma": {p2p}}}}},\n'
                        '  "logging": {"level": "ERROR"}\n}\n')
     nvme_ok = bool(nvfs) and ((NVME_V2 if v2 else NVME_V1) in exported)
@@ -220,6 +235,7 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         "registry_dwords": dwords, "cmdline": "BOOT_IMAGE=/vmlinuz ro quiet",
         "p2pdma_modprobe": route == "p2pdma",
         "verify_runtime": route != "none",
+        "netfs_client_modules": list(client_modules), "rdma_ports": dict(rdma_ports),
     }
     m.update(over.get("model") or {})
     return m
@@ -268,6 +284,11 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
         w("/etc/modprobe.d/zz-gdsfleet-p2pdma.conf", "options nvme_core multipath=N\n"
           f'options nvidia NVreg_RegistryDwords="{m["registry_dwords"]}"\n')
     w("/etc/modprobe.d/blacklist.conf", "blacklist nouveau\n")
+    for mod in m.get("netfs_client_modules") or []:
+        w(f"/sys/module/{mod}/refcnt", "1\n")
+    for devport, state in (m.get("rdma_ports") or {}).items():
+        dev, port = devport.split("/")
+        w(f"/sys/class/infiniband/{dev}/ports/{port}/state", state + "\n")
     mt = m["mount"]
     w("/proc/self/mounts", "/dev/sda1 / ext4 rw,relatime 0 0\nproc /proc proc rw 0 0\n"
       f"{mt['source']} {mt['target']} {mt['fstype']} {mt['options']} 0 0\n")

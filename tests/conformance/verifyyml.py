@@ -161,11 +161,13 @@ def run(root: Path, model: dict[str, Any], inventory: dict[str, Any]) -> dict[st
         elif module == "stat":
             result = {"stat": {"exists": (root / str(args["path"]).lstrip("/")).exists()}}
         elif module == "find":
-            d = root / str(args["paths"]).lstrip("/")
+            paths = args["paths"] if isinstance(args["paths"], list) else [args["paths"]]
             pats = args.get("patterns") or "*"
             pats = [pats] if isinstance(pats, str) else list(pats)
-            files = sorted(f for f in d.iterdir() if any(fnmatch.fnmatch(f.name, p)
-                                                          for p in pats)) if d.is_dir() else []
+            files = []
+            for d in (root / str(p).lstrip("/") for p in paths):
+                files += sorted(f for f in d.iterdir() if any(fnmatch.fnmatch(f.name, p)
+                                                              for p in pats)) if d.is_dir() else []
             result = {"matched": len(files),
                       "files": [{"path": "/" + str(f.relative_to(root))} for f in files]}
         elif module == "command":

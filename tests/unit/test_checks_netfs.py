@@ -207,3 +207,89 @@ def test_network_mount_without_its_prerequisites_does_not_make_the_nvfs_route() 
     doc = netfs_doc("nfs", NFS_TCP, "10.0.0.5:/export", {"NFS": "Supported"}, patched_nvme=False,
                     gdscheck_nvme="Unsupported")
     assert checks.determine_route(build_facts(doc)) == "compat"
+
+
+# -- GPU Operator nodes: no gdscheck on the host, the node's own state judged -----------------
+NVFS_DMA_H = Path(__file__).resolve().parents[1] / "fixtures" / "netfs" / "nvfs_client_modules.yml"
+
+
+def test_client_modules_are_the_ones_nvidia_fs_registers_with() -> None:
+    # the fixture names its source (NVIDIA/gds-nvidia-fs src/nvfs-dma.h at v2.28.4); netfs.py,
+    # verify.yml and the gather script must all carry the same module per filesystem
+    from provisioner.remote import gather
+
+    fx = yaml.safe_load(NVFS_DMA_H.read_text())["client_module"]
+    assert {k: v.client_module for k, v in netfs.NETWORK_FILESYSTEMS.items()} == fx
+    root = Path(__file__).resolve().parents[2]
+    play = yaml.safe_load((root / "playbooks" / "verify.yml").read_text())[0]
+    assert play["vars"]["__netfs_client_module"] == fx
+    assert set(fx.values()) <= set(gather.NETFS_CLIENT_MODULES)
+
+
+OPERATOR_NODE = {"operator": True, "client_modules": ["rpcrdma"], "rdma_readable": True,
+                 "rdma_ports": [{"device": "mlx5_0", "port": "1", "state": "ACTIVE"}],
+                 "rdma_active": 1, "rdma_dev_addr_list": ["192.0.2.10"]}
+
+
+def test_operator_node_without_gdscheck_is_judged_on_its_own_state() -> None:
+    assert netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True, OPERATOR_NODE) == []
+    for change, words in (
+            ({"client_modules": []}, "kernel module rpcrdma is not loaded"),
+            ({"rdma_dev_addr_list": []}, "no properties.rdma_dev_addr_list"),
+            ({"rdma_dev_addr_list": None}, "no properties.rdma_dev_addr_list"),
+            ({"rdma_active": 0, "rdma_ports": [{"device": "mlx5_0", "port": "1",
+                                                 "state": "DOWN"}]}, "mlx5_0/1 DOWN"),
+            ({"rdma_active": 0, "rdma_ports": []}, "no RDMA device"),
+            ({"client_modules": None}, "kernel modules were not read")):
+        missing = netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True,
+                                      {**OPERATOR_NODE, **change})
+        assert len(missing) == 1 and words in missing[0], (change, missing)
+    # over TCP it is compat whatever the node shows
+    tcp = netfs.prerequisites("nfs", ["proto=tcp"], None, True, OPERATOR_NODE)
+    assert len(tcp) == 1 and "over TCP" in tcp[0]
+    # a host install is judged by its gdscheck: without one it fails, naming gds-tools
+    host = netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True,
+                               {**OPERATOR_NODE, "operator": False})
+    assert len(host) == 1 and "gds-tools" in host[0]
+
+
+def test_rdma_ports_parse_the_sysfs_states() -> None:
+    item = {"rc": 0, "out": "mlx5_0 1 4: ACTIVE\nmlx5_1 1 1: DOWN\nmlx5_2 2 2: INIT\n"}
+    got = netfs.parse_rdma_ports(item)
+    assert got["rdma_readable"] and got["rdma_active"] == 1
+    assert [p["state"] for p in got["rdma_ports"]] == ["ACTIVE", "DOWN", "INIT"]
+    # no /sys/class/infiniband: readable, no port; an older gather (not gathered): not read
+    assert netfs.parse_rdma_ports({"rc": None, "err": "missing"}) == {
+        "rdma_readable": True, "rdma_ports": [], "rdma_active": 0}
+    assert not netfs.parse_rdma_ports({"rc": None, "err": "not gathered"})["rdma_readable"]
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(st.text(max_size=400), st.sampled_from([0, None, 1]))
+def test_rdma_ports_and_client_modules_bound_hostile_text(text: str, rc: int | None) -> None:
+    got = netfs.parse_rdma_ports({"rc": rc, "out": text, "err": "missing"})
+    assert len(got["rdma_ports"]) <= 64
+    for p in got["rdma_ports"]:
+        assert len(p["device"]) <= 64 and p["port"].isdigit()
+        assert p["state"].replace("_", "").isalpha() and p["state"].isupper()
+    assert got["rdma_active"] == sum(p["state"] == "ACTIVE" for p in got["rdma_ports"])
+    mods = netfs.parse_client_modules(text)
+    assert mods is not None and set(mods) <= {v.client_module for v in
+                                              netfs.NETWORK_FILESYSTEMS.values()} | {"ko2iblnd"}
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(st.one_of(st.none(), st.integers(), st.text(max_size=20),
+                 st.lists(st.one_of(st.text(max_size=100), st.integers(), st.none()),
+                          max_size=80)))
+def test_cufile_rdma_dev_addr_list_takes_only_strings(value: Any) -> None:
+    import json
+
+    from provisioner.verify.parsers import cufile
+
+    doc = json.dumps({"properties": {"allow_compat_mode": False, "rdma_dev_addr_list": value}})
+    got = cufile.parse(doc).to_dict()["rdma_dev_addr_list"]
+    if not isinstance(value, list):
+        assert got is None
+    else:
+        assert got == [v[:64] for v in value[:64] if isinstance(v, str)]

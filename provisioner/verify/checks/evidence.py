@@ -92,7 +92,7 @@ def network_gds_ready(facts: dict[str, Any]) -> list[str]:
     return [str(m.get("target")) for m in mounts
             if isinstance(m, dict) and netfs.is_network(str(m.get("fstype")))
             and not netfs.prerequisites(str(m["fstype"]), list(m.get("options") or []), gc,
-                                        nvfs_loaded)]
+                                        nvfs_loaded, netfs.node_evidence(facts))]
 
 
 def determine_route(facts: dict[str, Any]) -> str:

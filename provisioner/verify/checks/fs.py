@@ -77,9 +77,21 @@ def _network_type(ctx: Context, m: dict[str, Any]) -> CheckResult:
     """A network filesystem, judged on its own prerequisites (netfs.prerequisites)."""
     fs = netfs.NETWORK_FILESYSTEMS[m["fstype"]]
     gc = (ctx.f.get("gdscheck") or {}).get("parsed")
+    node = netfs.node_evidence(ctx.f)
     missing = netfs.prerequisites(m["fstype"], m.get("options") or [], gc,
-                                  bool((ctx.f.get("nvfs") or {}).get("loaded")))
+                                  bool((ctx.f.get("nvfs") or {}).get("loaded")), node)
     expected = f"{fs.name} with GDS support ({fs.gdscheck_line} in gdscheck, RDMA, nvidia-fs)"
+    if not missing and gc is None:
+        ports = ", ".join(f"{p['device']}/{p['port']}" for p in node.get("rdma_ports") or []
+                          if p["state"] == "ACTIVE") or "sysfs not read"
+        return CheckResult("fs.mount.type", PASS,
+                           f"{fs.name} with GDS support (its client module, RDMA, nvidia-fs)",
+                           f"{m['fstype']} ({fs.name}; no gdscheck on the node)",
+                           f"{fs.name}: no gdscheck on the node (the GPU Operator puts none on "
+                           f"the host), so judged on what the node shows: the client's module "
+                           f"{fs.client_module} is loaded, cufile.json lists the client NICs "
+                           f"(rdma_dev_addr_list), an RDMA port is ACTIVE ({ports}) and nvidia-fs "
+                           "is loaded. The I/O test's nvidia-fs counters prove the direct path.")
     if not missing:
         return CheckResult("fs.mount.type", PASS, expected, f"{m['fstype']} ({fs.name})",
                            f"{fs.name}: gdscheck supports it, the RDMA library is loaded, an "

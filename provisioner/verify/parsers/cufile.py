@@ -94,6 +94,12 @@ class CufileConfig:
             "denylist": self.get("denylist") or self.get("blacklist"),
             "logging_level": self.get("logging.level"),
             "cufile_stats": self.get("profile.cufile_stats"),
+            # the client NICs cuFile loads its RDMA library for (network filesystems); only
+            # strings count, at most 64 (the document is the node's, not ours)
+            "rdma_dev_addr_list": [str(a)[:64] for a in (self.get(
+                "properties.rdma_dev_addr_list") or [])[:64] if isinstance(a, str)]
+            if self.valid and isinstance(self.get("properties.rdma_dev_addr_list"), list)
+            else None,
         }
 
 

@@ -21,34 +21,35 @@ class NetFs:
     # the kernel module of its GDS client: the one nvidia-fs registers with (NVIDIA/gds-nvidia-fs
     # src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, v2.28.4; tests/fixtures/netfs/prerequisites.yml)
     client_module: str = ""
+    cufile_section: str = ""  # its section under cufile.json's fs
 
 
 NETWORK_FILESYSTEMS: dict[str, NetFs] = {
     "nfs": NetFs("NFS over RDMA", "NFS",
                  "mount it with proto=rdma,port=20049 (gdsfleet.gds.netfs) on the DOCA/MLNX "
                  "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)",
-                 client_module="rpcrdma"),
+                 client_module="rpcrdma", cufile_section="nfs"),
     "nfs4": NetFs("NFS over RDMA", "NFS",
                   "mount it with proto=rdma,port=20049 (gdsfleet.gds.netfs) on the DOCA/MLNX "
                   "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)",
-                  client_module="rpcrdma"),
+                  client_module="rpcrdma", cufile_section="nfs"),
     "lustre": NetFs("DDN EXAScaler (Lustre)", "DDN EXAScaler",
                     "install DDN's EXAScaler client built with GDS support and LNet over o2ib "
                     "(DDN's EXAScaler client guide)",
-                    client_module="lnet"),
+                    client_module="lnet", cufile_section="lustre"),
     "gpfs": NetFs("IBM Storage Scale", "IBM Spectrum Scale",
                   "enable Storage Scale's GDS support (mmchconfig verbsRdma=enable, verbsPorts, "
                   "verbsGPUDirectStorage=yes; IBM's GDS guide)",
-                  client_module="mmfslinux"),
+                  client_module="mmfslinux", cufile_section="gpfs"),
     "wekafs": NetFs("WekaFS", "WekaFS",
                     "mount WekaFS with its GDS-capable client over the RDMA NIC (WEKA's GDS "
                     "guide)",
-                    client_module="wekafsio"),
+                    client_module="wekafsio", cufile_section="weka"),
     "beegfs": NetFs("BeeGFS", "BeeGFS",
                     "rebuild the BeeGFS client with GDS (beegfs-client-autobuild.conf "
                     "NVFS_INCLUDE_PATH, OFED_INCLUDE_PATH, NVIDIA_INCLUDE_PATH; BeeGFS's GDS "
                     "documentation)",
-                    client_module="beegfs"),
+                    client_module="beegfs", cufile_section="beegfs"),
 }
 
 
@@ -124,8 +125,10 @@ def parse_rdma_ports(item: dict[str, Any]) -> dict[str, Any]:
 
 def node_evidence(facts: dict[str, Any]) -> dict[str, Any]:
     """What :func:`prerequisites` reads of the node without gdscheck, from its facts."""
+    cf = facts.get("cufile") or {}
     return {**(facts.get("netfs") or {}),
-            "rdma_dev_addr_list": (facts.get("cufile") or {}).get("rdma_dev_addr_list"),
+            "rdma_dev_addr_list": cf.get("rdma_dev_addr_list"),
+            "fs_rdma_dev_addr_list": cf.get("fs_rdma_dev_addr_list") or {},
             "operator": bool((facts.get("operator") or {}).get("managed"))}
 
 
@@ -148,11 +151,13 @@ def _without_gdscheck(fs: NetFs, node: dict[str, Any]) -> list[str]:
         missing.append(f"the {fs.name} client's kernel module {fs.client_module} is not loaded "
                        f"(nvidia-fs registers with it; load the client's GDS build: modprobe "
                        f"{fs.client_module})")
-    addrs = node.get("rdma_dev_addr_list")
+    addrs = node.get("rdma_dev_addr_list") or (node.get("fs_rdma_dev_addr_list") or {}).get(
+        fs.cufile_section)
     if not addrs:
-        missing.append("cufile.json has no properties.rdma_dev_addr_list: cuFile loads its RDMA "
-                       "library only for the client NICs' addresses listed there (set it through "
-                       "cufile_config in the inventory: gdsfleet.gds.cufile)")
+        missing.append(f"cufile.json has no properties.rdma_dev_addr_list (nor "
+                       f"fs.{fs.cufile_section}.rdma_dev_addr_list): cuFile loads its RDMA "
+                       "library only for the client NICs' addresses listed there (set "
+                       "cufile_rdma_dev_addr_list in the inventory: gdsfleet.gds.cufile)")
     if node.get("rdma_readable") and int(node.get("rdma_active") or 0) < 1:
         seen = ", ".join(f"{p['device']}/{p['port']} {p['state']}"
                          for p in node.get("rdma_ports") or []) or "no RDMA device"

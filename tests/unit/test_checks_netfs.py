@@ -223,6 +223,8 @@ def test_client_modules_are_the_ones_nvidia_fs_registers_with() -> None:
     root = Path(__file__).resolve().parents[2]
     play = yaml.safe_load((root / "playbooks" / "verify.yml").read_text())[0]
     assert play["vars"]["__netfs_client_module"] == fx
+    assert play["vars"]["__netfs_cufile_section"] == {
+        k: v.cufile_section for k, v in netfs.NETWORK_FILESYSTEMS.items()}
     assert set(fx.values()) <= set(gather.NETFS_CLIENT_MODULES)
 
 
@@ -244,6 +246,14 @@ def test_operator_node_without_gdscheck_is_judged_on_its_own_state() -> None:
         missing = netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True,
                                       {**OPERATOR_NODE, **change})
         assert len(missing) == 1 and words in missing[0], (change, missing)
+    # a list of the filesystem's own section counts as well (fs.nfs.rdma_dev_addr_list)
+    assert netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True, {
+        **OPERATOR_NODE, "rdma_dev_addr_list": None,
+        "fs_rdma_dev_addr_list": {"nfs": ["192.0.2.11"]}}) == []
+    lustre_only = {**OPERATOR_NODE, "rdma_dev_addr_list": [], "client_modules": ["lnet"],
+                   "fs_rdma_dev_addr_list": {"nfs": ["192.0.2.11"]}}
+    assert "fs.lustre.rdma_dev_addr_list" in netfs.prerequisites("lustre", [], None, True,
+                                                                 lustre_only)[0]
     # over TCP it is compat whatever the node shows
     tcp = netfs.prerequisites("nfs", ["proto=tcp"], None, True, OPERATOR_NODE)
     assert len(tcp) == 1 and "over TCP" in tcp[0]
@@ -289,6 +299,8 @@ def test_cufile_rdma_dev_addr_list_takes_only_strings(value: Any) -> None:
 
     doc = json.dumps({"properties": {"allow_compat_mode": False, "rdma_dev_addr_list": value}})
     got = cufile.parse(doc).to_dict()["rdma_dev_addr_list"]
+    fs_doc = json.dumps({"fs": {"nfs": {"rdma_dev_addr_list": value}}})
+    assert cufile.parse(fs_doc).to_dict()["fs_rdma_dev_addr_list"]["nfs"] == got
     if not isinstance(value, list):
         assert got is None
     else:

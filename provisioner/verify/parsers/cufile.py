@@ -96,11 +96,19 @@ class CufileConfig:
             "cufile_stats": self.get("profile.cufile_stats"),
             # the client NICs cuFile loads its RDMA library for (network filesystems); only
             # strings count, at most 64 (the document is the node's, not ours)
-            "rdma_dev_addr_list": [str(a)[:64] for a in (self.get(
-                "properties.rdma_dev_addr_list") or [])[:64] if isinstance(a, str)]
-            if self.valid and isinstance(self.get("properties.rdma_dev_addr_list"), list)
-            else None,
+            "rdma_dev_addr_list": self._addrs("properties.rdma_dev_addr_list"),
+            # a filesystem's own list (fs.nfs, fs.lustre, fs.gpfs, fs.weka, fs.beegfs)
+            "fs_rdma_dev_addr_list": {fs: self._addrs(f"fs.{fs}.rdma_dev_addr_list")
+                                      for fs in ("nfs", "lustre", "gpfs", "weka", "beegfs")},
         }
+
+    def _addrs(self, key: str) -> list[str] | None:
+        """A list of addresses as written: strings only, at most 64 of 64 characters (the
+        document is the node's); None when absent or not a list."""
+        value = self.get(key) if self.valid else None
+        if not isinstance(value, list):
+            return None
+        return [a[:64] for a in value[:64] if isinstance(a, str)]
 
 
 def check_keys(data: dict[str, Any]) -> tuple[list[str], dict[str, str]]:

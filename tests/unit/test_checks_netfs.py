@@ -305,3 +305,22 @@ def test_cufile_rdma_dev_addr_list_takes_only_strings(value: Any) -> None:
         assert got is None
     else:
         assert got == [v[:64] for v in value[:64] if isinstance(v, str)]
+
+
+def test_real_node_without_rdma_device() -> None:
+    # captured on an H100 node (Ubuntu 24.04, no RDMA NIC): /sys/class/infiniband exists and is
+    # empty; the gather's items as that node sent them (docs/evidence/h100-node/issue33)
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs/evidence/h100-node/issue33/netfs-node-state.txt").read_text()
+    items = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+             for line in text.splitlines()
+             if line.startswith(("netfs_client_modules {", "rdma_ports {"))}
+    ports = netfs.parse_rdma_ports(items["rdma_ports"])
+    assert ports == {"rdma_readable": True, "rdma_ports": [], "rdma_active": 0}
+    mods = netfs.parse_client_modules(items["netfs_client_modules"]["out"])
+    node = {**OPERATOR_NODE, **ports, "client_modules": mods}
+    missing = netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True, node)
+    assert any("kernel module rpcrdma is not loaded" in m for m in missing)
+    assert any("no RDMA port ACTIVE" in m and "no RDMA device" in m for m in missing)

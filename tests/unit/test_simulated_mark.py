@@ -189,9 +189,10 @@ def test_rollout_html_junit_and_prometheus_carry_the_mark() -> None:
                       "verification": node("gpu-02")}]}
     assert "SIMULATED: 1 of 2 node(s)" in to_html(doc)
     root = ET.fromstring(to_junit(doc))  # noqa: S314 - our own document
-    marks = {c.get("name"): c.find("properties/property[@name='simulated']").get("value")
+    marks = {c.get("name"): [p.get("value") for p in
+                             c.iterfind("properties/property[@name='simulated']")]
              for c in root.iter("testcase")}
-    assert marks == {"lab-01": "true", "gpu-02": "false"}
+    assert marks == {"lab-01": ["true"], "gpu-02": ["false"]}
     text = to_prometheus(doc, now=0.0)
     assert 'gdsfleet_node_compliant{node="lab-01",route="nvfs",io_path="direct",' \
            'simulated="true"} 1' in text
@@ -202,7 +203,8 @@ def test_verify_junit_and_terminal_summary_carry_the_mark() -> None:
     from provisioner.reports.terminal import summary_line
 
     root = ET.fromstring(to_junit(_doc()))  # noqa: S314 - our own document
-    props = {s.get("name"): s.find("properties/property[@name='simulated']").get("value")
+    props = {s.get("name"): [p.get("value") for p in
+                             s.iterfind("properties/property[@name='simulated']")]
              for s in root.iter("testsuite")}
-    assert props == {"lab-01": "true", "gpu-02": "false"}
+    assert props == {"lab-01": ["true"], "gpu-02": ["false"]}
     assert summary_line(_doc()).splitlines()[1].startswith(BANNER)

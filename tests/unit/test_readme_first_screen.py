@@ -1,12 +1,14 @@
 """The README an operator reads first (issue 30 items 7 and 8): the lab's follow-up commands
 exactly as lab.sh prints them (teardown included), its figures the ones docs/testing.md
-measured, its ledger commands each naming an inventory (so they read one ledger), and no
-pointer to notes outside the repository."""
+measured, its ledger commands each naming an inventory (so they read one ledger), no pointer
+to notes outside the repository, and a changelog that reaches the collection's version."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import yaml
 
 from tests.harness import lab_followups
 
@@ -64,3 +66,10 @@ def test_readme_points_only_inside_the_repository() -> None:
     for target in re.findall(r"\]\(((?!https?://)[^)#]+)", README):
         assert (ROOT / target).exists(), target
 
+
+def test_changelog_reaches_the_collection_version() -> None:
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    changelog = (ROOT / "CHANGELOG.rst").read_text(encoding="utf-8")
+    assert re.search(rf"^v{re.escape(version)}\n=+$", changelog, re.M), version
+    releases = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())["releases"]
+    assert version in releases

@@ -4,7 +4,8 @@ One module, fleets reused where the issue allows (the lab_fleet factory keeps on
 module and replaces it when asked for another shape), in this order:
 
 * 8 nodes: plan, a clean rollout to full compliance (canary + ramp), a reconcile re-run that
-  only verifies, kill -9 of the orchestrator in the middle of a wave then the same command
+  only verifies, lab.sh's follow-up commands and the README's ledger commands run as printed
+  (one ledger named by all, the same answers), kill -9 of the orchestrator in the middle of a wave then the same command
   (finished nodes are not re-provisioned: shown from the ledger and the playbook events), an
   unreachable node, and bad input refused before anything runs.
 * 2 nodes: a canary that fails (nothing else touched), and two rollouts at once.

@@ -73,3 +73,17 @@ def test_changelog_reaches_the_collection_version() -> None:
     assert re.search(rf"^v{re.escape(version)}\n=+$", changelog, re.M), version
     releases = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())["releases"]
     assert version in releases
+
+
+def test_followups_of_a_smaller_lab_carry_its_limit_and_quote_extra_args() -> None:
+    """LAB_NODES=2 and a stand-in repository on another port: the rollout and verify lines
+    select the nodes that exist, the extra variables come back quoted for a shell."""
+    import shlex
+
+    cmds = dict(lab_followups.followups("gdsfleet-lab-01:gdsfleet-lab-02",
+                                        ["-e", "cuda_repo_base_url=http://127.0.0.1:8471/x y"]))
+    rollout = cmds["run it again (reconcile, fast)"]
+    assert shlex.split(rollout)[-4:] == ["--limit", "gdsfleet-lab-01:gdsfleet-lab-02", "-e",
+                                         "cuda_repo_base_url=http://127.0.0.1:8471/x y"]
+    assert cmds["verify the nodes yourself"].endswith(" --limit gdsfleet-lab-01:gdsfleet-lab-02")
+    assert "--limit" not in cmds["the ledger, node by node"]

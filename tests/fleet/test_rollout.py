@@ -5,9 +5,9 @@ module and replaces it when asked for another shape), in this order:
 
 * 8 nodes: plan, a clean rollout to full compliance (canary + ramp), a reconcile re-run that
   only verifies, lab.sh's follow-up commands and the README's ledger commands run as printed
-  (one ledger named by all, the same answers), kill -9 of the orchestrator in the middle of a wave then the same command
-  (finished nodes are not re-provisioned: shown from the ledger and the playbook events), an
-  unreachable node, and bad input refused before anything runs.
+  (one ledger named by all, the same answers), kill -9 of the orchestrator in the middle of a
+  wave then the same command (finished nodes are not re-provisioned: shown from the ledger and
+  the playbook events), an unreachable node, and bad input refused before anything runs.
 * 2 nodes: a canary that fails (nothing else touched), and two rollouts at once.
 * 4 nodes: a wave over its failure budget because two nodes' package install fails
   (SIM_DKMS_BUILD=fail: the nvidia-fs DKMS build fails in the package's postinst): stops, the
@@ -241,6 +241,29 @@ def test_readme_testinfra_command_on_the_rolled_out_fleet(big: Ctl, tmp_path: Pa
     assert " passed" in out
 
 
+def _lab_shaped(source: Path, work: Path) -> Path:
+    """``work`` shaped like a checkout after lab.sh: this fleet's inventory as
+    ``inventories/lab`` with the lab's own ``connection.yml`` (key and known_hosts under
+    ``.lab/ssh/``, found through ``{{ inventory_dir }}/../../.lab``), and ``.venv``."""
+    data = yaml.safe_load(source.read_text())
+    hosts = data["all"]["children"]["gpu_nodes"]["hosts"]
+    ssh = work / ".lab" / "ssh"
+    ssh.mkdir(parents=True)
+    for hv in hosts.values():
+        key = Path(hv.pop("ansible_ssh_private_key_file"))
+        known = hv.pop("ansible_ssh_common_args").split("UserKnownHostsFile=")[1].split()[0]
+        (ssh / "id_ed25519").write_bytes(key.read_bytes())
+        (ssh / "id_ed25519").chmod(0o600)
+        (ssh / "known_hosts").write_text(Path(known).read_text())
+    inv = work / "inventories" / "lab"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    conn = ROOT / "inventories" / "lab" / "group_vars" / "all" / "connection.yml"
+    (inv / "group_vars" / "all" / "connection.yml").write_text(conn.read_text())
+    (inv / "hosts.yml").write_text(yaml.safe_dump(data))
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    return inv
+
+
 def _readme_commands(*prefixes: str) -> list[str]:
     """The README's commands that start with these words, in its order."""
     lines = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()]
@@ -250,17 +273,16 @@ def _readme_commands(*prefixes: str) -> list[str]:
 def test_lab_followups_and_readme_commands_agree_on_one_ledger(big: Ctl) -> None:
     """After the rollout, the follow-up commands lab.sh prints (tests/harness/lab_followups.py,
     the block lab.sh prints) and the README's status, report and export commands, run as
-    printed from a checkout-shaped folder (inventories/lab holding this fleet, .lab/ledger.sqlite
-    its ledger, .venv), each name the same ledger on their first line and agree: every node
-    compliant, simulated, the direct path usable (issue 30: the bare commands read another
-    ledger than the lab's)."""
+    printed from a checkout-shaped folder (inventories/lab holding this fleet with the lab's
+    connection settings, .lab/ledger.sqlite its ledger, .venv), each name the same ledger on
+    their first line and agree: every node compliant, simulated, the direct path usable
+    (issue 30: the bare commands read another ledger than the lab's)."""
     import shlex
 
     from tests.harness import lab_followups
 
     work = big.tmp
-    _templated_inventory(big.inventory, work / "inventories" / "lab")
-    (work / ".venv").symlink_to(ROOT / ".venv")
+    _lab_shaped(big.inventory, work)
     names = sorted(big.fleet.names)  # type: ignore[attr-defined]
     first = names[0]
     shown = f"ledger {big.ledger.resolve()}"

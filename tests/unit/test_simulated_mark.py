@@ -151,6 +151,16 @@ def test_status_says_so_under_the_ledger_line_and_on_the_row(
     assert nodes["lab-01"]["simulated"] is True and nodes["gpu-02"]["simulated"] is False
 
 
+def test_history_marks_each_simulated_record(
+        ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["history", "lab-01", "--ledger", str(ledger)]) == Exit.OK
+    assert capsys.readouterr().out.splitlines()[3].endswith("  SIMULATED")
+    assert main(["history", "gpu-02", "--ledger", str(ledger)]) == Exit.OK
+    assert "SIMULATED" not in capsys.readouterr().out
+    assert main(["history", "lab-01", "--ledger", str(ledger), "--json"]) == Exit.OK
+    assert json.loads(capsys.readouterr().out)["history"][0]["simulated"] is True
+
+
 def test_status_of_real_nodes_says_nothing_of_simulation(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "real.sqlite"

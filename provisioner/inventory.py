@@ -91,6 +91,10 @@ class Node:
     # gds_verify_io_size from the inventory (bytes): the I/O test size of this node when
     # --io-size is not given (the lab's 512 MiB disks cannot hold the 1 GiB default).
     verify_io_size: int | None = None
+    # gdsfleet_simulated from the inventory: the operator says these nodes are a simulation
+    # (the lab's containers); verify and rollout carry it into each node's record, and every
+    # report marks it, so a simulated run is never read as hardware. Never detected.
+    simulated: bool = False
 
     def ssh_option(self, name: str) -> str | None:
         """Value of an ``-o Name=value`` option from ``ansible_ssh_common_args``/extra args."""
@@ -311,6 +315,7 @@ def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any
     io_size = _verify_io_size(name, hostvars.get("gds_verify_io_size"))
     return Node(
         verify_io_size=io_size,
+        simulated=simulated_flag(name, hostvars.get(SIMULATED_VAR)),
         name=name,
         address=address,
         port=port,
@@ -321,6 +326,25 @@ def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any
         groups=tuple(sorted(groups)),
         vars=dict(hostvars),
     )
+
+
+SIMULATED_VAR = "gdsfleet_simulated"
+
+
+def simulated_flag(host: str, value: Any) -> bool:
+    """The inventory's ``gdsfleet_simulated``: a YAML boolean only (unset is false).
+
+    It decides whether every report calls the node a simulation, so a string ("yes", "false")
+    or a number is refused rather than guessed at.
+    """
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:60] + "..."
+    raise InventoryError(
+        f"inventory host {host!r}: {SIMULATED_VAR}={shown} is not a boolean; "
+        f"write {SIMULATED_VAR}: true (a simulated node, e.g. the lab's) or false, unquoted, "
+        f"in group_vars/ or host_vars/")
 
 
 def _verify_io_size(host: str, value: Any) -> int | None:
@@ -414,7 +438,8 @@ def load_inventory(
 
 
 # Role variables the provisioner itself reads (the rest are only passed on to Ansible).
-_NEEDED_VARS = ("gds_route", "gds_target", "gds_verify_io_size", "gds_mount", "gds_nfd_features")
+_NEEDED_VARS = ("gds_route", "gds_target", "gds_verify_io_size", "gds_mount", "gds_nfd_features",
+                SIMULATED_VAR)
 
 
 SITE_TARGET_DEFAULT = "gpu_nodes"

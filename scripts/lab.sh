@@ -28,7 +28,6 @@ fi
 # that serves it elsewhere (GDSFLEET_REPO_PORT) passes the URLs as extra variables.
 repo_port=${GDSFLEET_REPO_PORT:-8470}
 repo_args=()
-repo_shown=""
 if [ "$repo_port" != 8470 ]; then
   base="http://127.0.0.1:$repo_port"
   tarball=$(sed -n 's|^mofed_mlnx_ofed_tarball: http://127.0.0.1:8470/||p' \
@@ -36,15 +35,12 @@ if [ "$repo_port" != 8470 ]; then
   repo_args=(-e "cuda_repo_base_url=$base/cuda/repos" -e "mofed_doca_repo_base_url=$base/doca"
              -e "mofed_mlnx_ofed_tarball=$base/$tarball"
              -e "verify_runtime_index_url=$base/pypi/simple")
-  repo_shown=" ${repo_args[*]}"
 fi
 limit_args=()
-limit_shown=""
 if [ "$nodes" -lt 8 ]; then
   limit=$(for i in $(seq 1 "$nodes"); do printf 'gdsfleet-lab-%02d:' "$i"; done)
   limit=${limit%:}
   limit_args=(--limit "$limit")
-  limit_shown=" --limit $limit"
 fi
 
 cat <<'BANNER'
@@ -108,14 +104,9 @@ set -e
 say "status (latest verification of every node in the ledger)"
 provisioner status --ledger "$ledger" || true
 
-cat <<EOF
-
-The simulated lab is still up (provisioner rollout exited $rc; reports in .lab/rollout-report.*).
-  run it again (reconcile, fast):  .venv/bin/provisioner rollout -i inventories/lab$limit_shown$repo_shown
-  verify the nodes yourself:       .venv/bin/provisioner verify -i inventories/lab$limit_shown
-  the ledger, node by node:        .venv/bin/provisioner status --ledger .lab/ledger.sqlite
-                                   .venv/bin/provisioner history gdsfleet-lab-01 --ledger .lab/ledger.sqlite
-  tear the lab down:               CONTAINERS_CONF=tests/harness/containers.conf .venv/bin/python -m tests.harness.lab down
-(remember: a SIMULATION - containers with stand-in hardware, not GPU nodes)
-EOF
+# The follow-up commands come from tests/harness/lab_followups.py, which
+# tests/fleet/test_rollout.py runs as printed: the script and the test cannot drift apart.
+followup_args=(--rc "$rc")
+if [ "$nodes" -lt 8 ]; then followup_args+=(--limit "$limit"); fi
+python -m tests.harness.lab_followups "${followup_args[@]}" -- "${repo_args[@]}"
 exit "$rc"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The HTML report of a lab-shaped run (8 compliant nodes, each with the simulated lab's
+# The HTML report of a lab-shaped run (8 compliant nodes marked simulated, each with the lab's
 # fs.mount.nvme warning; tests/unit/reportsfleet.py build_lab), rendered by `provisioner report`
 # and shot by headless chromium with the network closed: docs/evidence/reports/report-html-lab.png.
 # Usage: bash scripts/report_html_lab_shot.sh [OUT.png]   (figures are the fixture's)

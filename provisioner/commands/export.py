@@ -346,7 +346,10 @@ def run_deepspeed(args: argparse.Namespace) -> int:
     parse_age(args.max_age)  # bad input is refused before the inventory or ledger is read
     names, hostvars = _select(args)
     settings = {n: inventory_settings(n, hostvars.get(n) or {}) for n in names}
-    states, _ = _states(args, names)
+    states, shown = _states(args, names)
+    # stdout is DeepSpeed's JSON: the ledger read is named on stderr's first line, as rollout
+    # names its own (issue 30: every command names its ledger first)
+    sys.stderr.write(_printable(f"ledger {shown}", 2000) + "\n")
     if version > DS_NEWEST_CHECKED:
         _say(prog, f"note: DeepSpeed {args.deepspeed_version} is newer than the newest release "
                    f"checked ({'.'.join(map(str, DS_NEWEST_CHECKED))}); its key names are assumed")

@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for r in records:
         note = (note_text(*split_checks(r)) if r["reachable"]
                 else str(r["error"] or ""))
+        if r.get("simulated"):  # the inventory's gdsfleet_simulated, as status says it
+            note = f"SIMULATED; {note}" if note else "SIMULATED"
         # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
         rows.append([printable(c) for c in (
             str(r["at"])[:19].replace("T", " "), str(r["run_id"]), node_result(r),

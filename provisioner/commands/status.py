@@ -13,7 +13,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from provisioner.exitcodes import Exit
-from provisioner.reports.model import RESULT_COMPLIANT, RESULT_NOT_COMPLIANT, node_result
+from provisioner.reports.model import (
+    RESULT_COMPLIANT,
+    RESULT_NOT_COMPLIANT,
+    node_result,
+    simulated_line,
+)
 from provisioner.sanitize import printable
 from provisioner.store import open_read_only
 from provisioner.store.location import display_url, ledger_line, resolve_ledger
@@ -78,6 +83,8 @@ def _row(x: dict[str, Any]) -> dict[str, Any]:
         "warnings": warnings,
         "error": x["error"],
         "drift": x["drift"],
+        # the inventory's gdsfleet_simulated when it was recorded: stand-in hardware
+        "simulated": x.get("simulated") is True,
         "last_compliant_at": (x["baseline"] or {}).get("at")
         if x["compliant"] is False or refused else x["at"],
     }
@@ -130,13 +137,17 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
         return
     headers = ["", "NODE", "RESULT", "ROUTE", "I/O PATH", "VERIFIED AT",
                "FAILING / WARNINGS / DRIFT"]
+    sim = simulated_line(rows)
     table = []
     for r in rows:
         note = note_text(r["failing"], r.get("warnings") or [], r["drift"])
+        if r.get("simulated"):  # said on the node's own row, not only in the line above
+            note = f"SIMULATED; {note}" if note else "SIMULATED"
         if r.get("proof_refused"):
             note = f"{note}; {r['proof_refused']}" if note else str(r["proof_refused"])
         if r["result"] == "UNREACHABLE":
-            note = "; ".join(p for p in (str(r["error"] or ""),
+            note = "; ".join(p for p in ("SIMULATED" if r.get("simulated") else "",
+                                         str(r["error"] or ""),
                                          note_text([], [], r["drift"])) if p)
         # the ledger keeps what the node said; the terminal gets it escaped (ESC, CR...)
         table.append([printable(c) for c in (
@@ -156,11 +167,16 @@ def print_table(rows: list[dict[str, Any]], location: str) -> None:
             # Text: never read as Rich markup ("[/x]" in a node's error)
             t.add_row(*(Text(c) for c in cells),
                       style="bold" if cells[0] == "!" else style.get(cells[2], ""))
-        Console(file=out, markup=False, emoji=False, highlight=False).print(t)
+        console = Console(file=out, markup=False, emoji=False, highlight=False)
+        console.print(t)
+        if sim:
+            console.print(Text(sim, style="bold"))
         return
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
     # the first line names the ledger read, as every command's does (issue 30)
     out.write(ledger_line(location) + "\n")
+    if sim:
+        out.write(sim + "\n")
     for cells in [headers, *table]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")

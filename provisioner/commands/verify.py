@@ -219,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
 
         def node_name(n: Any) -> str:
             return str(n)
+
+        simulated: set[str] = set()  # --local: this host, never a simulation by inventory
     else:
         from provisioner.inventory import load_inventory
         from provisioner.ssh import SSHSettings, runner_factory
@@ -226,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         inventory = load_inventory(args.inventory, args.limit)
         items = list(inventory.nodes)
         names = inventory.names()
+        simulated = {n.name for n in inventory.nodes if n.simulated}
         fleet = fleet_id(args.inventory)
         t = args.connect_timeout
         settings = SSHSettings(
@@ -271,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
         doc = res.value if res.value is not None else unreachable_doc(
             res.name, started_at, time.monotonic(), internal_error(res.error),
             internal=True)
+        # the inventory's gdsfleet_simulated, on every record (unreachable ones too)
+        doc["simulated"] = res.name in simulated
         reports[res.name] = doc
         if ledger is not None:
             try:

@@ -20,8 +20,10 @@ from provisioner.reports.model import (
     RESULT_NOT_COMPLIANT,
     RESULT_UNREACHABLE,
     io_path,
+    is_simulated,
     node_result,
     node_view,
+    simulated_line,
 )
 
 GIB_IN_GB = (1 << 30) / 1e9
@@ -129,6 +131,7 @@ def context(doc: Mapping[str, Any]) -> dict[str, Any]:
                         if c.get("status") not in ("fail", "warn")]
         n["gdsio_view"] = _gdsio(n)
         n["io_path_taken"] = io_path(n) if n.get("io_test") else "-"
+        n["simulated"] = is_simulated(n)
     counts = Counter(n["result"] for n in nodes)
     return {
         "doc": doc,
@@ -137,6 +140,7 @@ def context(doc: Mapping[str, Any]) -> dict[str, Any]:
         "failing": [n for n in nodes if n["result"] != RESULT_COMPLIANT],
         "drifted": [n for n in nodes if n.get("drift")],
         "warned": [n for n in nodes if n["warnings"]],
+        "simulated_banner": simulated_line(nodes),
         "any_gdsio": any(n["gdsio_view"] for n in nodes),
         "counts": {r: counts[r] for r in RESULTS},
         "results": RESULTS,

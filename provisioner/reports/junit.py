@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from provisioner.reports.model import is_simulated
+
 
 def _seconds(value: Any) -> str:
     """A testcase's ``time``: the node's duration, or 0 when it is not a finite number."""
@@ -59,6 +61,10 @@ def verify_junit(doc: Mapping[str, Any]) -> str:
         for key in ("route", "compliant", "reachable"):
             ET.SubElement(props, "property", name=key, value=str(n.get(key)))
         ET.SubElement(props, "property", name="run_id", value=str(doc.get("run_id")))
+        # the inventory's gdsfleet_simulated: a CI reading this file must not take the lab's
+        # stand-in hardware for GPU nodes
+        ET.SubElement(props, "property", name="simulated",
+                      value="true" if is_simulated(n) else "false")
         counts = Counter[str]()
         checks = list(n.get("checks") or [])
         if not n.get("reachable") or n.get("internal_error"):
@@ -121,6 +127,9 @@ def rollout_junit(doc: Mapping[str, Any]) -> str:
             case = ET.SubElement(suite, "testcase", classname=f"rollout.{label}",
                                  name=str(n.get("name")),
                                  time=_seconds(n.get("duration_s")))
+            sim = is_simulated(n.get("verification") or {})
+            ET.SubElement(ET.SubElement(case, "properties"), "property", name="simulated",
+                          value="true" if sim else "false")
             failure, step, reason = n.get("failure"), n.get("step"), n.get("reason") or ""
             if failure or step == "failed":
                 fails += 1

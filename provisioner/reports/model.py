@@ -33,6 +33,23 @@ def node_result(node: Mapping[str, Any]) -> str:
     return RESULT_COMPLIANT if node.get("compliant") else RESULT_NOT_COMPLIANT
 
 
+def is_simulated(node: Mapping[str, Any]) -> bool:
+    """Whether the node's record says the inventory marked it simulated
+    (``gdsfleet_simulated``); only a JSON ``true`` counts, a record without it is not."""
+    return node.get("simulated") is True
+
+
+def simulated_line(nodes: Sequence[Mapping[str, Any]]) -> str | None:
+    """``SIMULATED: N of M nodes ...`` when any node is simulated, else None: the one
+    wording of the HTML banner, ``status`` and ``verify``."""
+    n = sum(1 for x in nodes if is_simulated(x))
+    if not n:
+        return None
+    return (f"SIMULATED: {n} of {len(nodes)} node(s) are marked simulated by their inventory "
+            f"(gdsfleet_simulated): stand-in hardware, not a proof of GPUDirect Storage on a "
+            f"real node")
+
+
 def exit_code(nodes: Sequence[Mapping[str, Any]]) -> Exit:
     """INTERNAL if verifying a node hit a bug, else UNREACHABLE > NOT_COMPLIANT > OK."""
     results = {node_result(n) for n in nodes}
@@ -60,6 +77,7 @@ def summarize(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "routes": dict(sorted(Counter(str(n.get("route")) for n in nodes).items())),
         "paths": dict(sorted(Counter(io_path(n) for n in nodes).items())),
         "exit_code": int(exit_code(nodes)),
+        "simulated": sum(1 for n in nodes if is_simulated(n)),
     }
 
 

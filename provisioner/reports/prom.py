@@ -12,7 +12,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from provisioner.reports.model import RESULT_COMPLIANT, io_path, node_result, node_view
+from provisioner.reports.model import (
+    RESULT_COMPLIANT,
+    io_path,
+    is_simulated,
+    node_result,
+    node_view,
+)
 from provisioner.sanitize import printable
 
 FILENAME = "gdsfleet.prom"
@@ -25,7 +31,8 @@ METRICS: dict[str, str] = {
     "gdsfleet_report_info": "The run this file was rendered from (value always 1).",
     "gdsfleet_report_generated_timestamp_seconds": "When this file was written (Unix time).",
     "gdsfleet_node_compliant": "1 if the node is compliant (GDS proven on the direct path), "
-                               "else 0; route and io_path as labels.",
+                               "else 0; route, io_path and simulated (the inventory's "
+                               "gdsfleet_simulated: stand-in hardware) as labels.",
     "gdsfleet_node_reachable": "1 if the node could be reached and verified, else 0.",
     "gdsfleet_node_drift": "1 if the node's record differs from its last compliant one.",
     "gdsfleet_node_checks": "Number of the node's checks per status.",
@@ -95,7 +102,8 @@ def samples(doc: Mapping[str, Any], *, now: float) -> Iterable[tuple[str, dict[s
                "UNREACHABLE": "unreachable"}.get(word, "error")
         results[key] += 1
         yield ("gdsfleet_node_compliant",
-               {"node": name, "route": n.get("route") or "unknown", "io_path": io_path(n)},
+               {"node": name, "route": n.get("route") or "unknown", "io_path": io_path(n),
+                "simulated": "true" if is_simulated(n) else "false"},
                1 if word == RESULT_COMPLIANT else 0)
         yield "gdsfleet_node_reachable", {"node": name}, 1 if n.get("reachable") else 0
         if "drift" in n:

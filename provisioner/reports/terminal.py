@@ -17,6 +17,7 @@ from provisioner.reports.model import (
     RESULT_NOT_COMPLIANT,
     RESULT_UNREACHABLE,
     node_result,
+    simulated_line,
     summarize,
 )
 from provisioner.sanitize import printable
@@ -148,7 +149,9 @@ def summary_line(doc: Mapping[str, Any]) -> str:
              f"{s['not_compliant']} not compliant", f"{s['unreachable']} unreachable"]
     if s.get("errors"):
         parts.append(f"{s['errors']} internal error(s)")
-    return ", ".join(parts) + f" (exit {s['exit_code']})"
+    line = ", ".join(parts) + f" (exit {s['exit_code']})"
+    sim = simulated_line(doc.get("nodes") or [])
+    return f"{line}\n{sim}" if sim else line
 
 
 __all__ = ["HEADERS", "node_rows", "render", "summary_line"]

@@ -192,6 +192,9 @@ class SshVerifier:
                 "checks": [], "io_test": {"path_taken": "skipped"}, "facts": {},
                 "error": f"internal error: {res.error!r}",
             }
+            # the inventory's gdsfleet_simulated, on every record (unreachable ones too)
+            node = self.nodes.get(res.name)
+            doc["simulated"] = bool(getattr(node, "simulated", False))
             out[res.name] = doc
             on_report(doc)
 

@@ -369,6 +369,8 @@ def _verification_dict(r: Mapping[str, Any], checks: list[dict[str, Any]]) -> di
         "route": r["route"],
         "path_taken": r["path_taken"],
         "error": report.get("error"),
+        # the inventory's gdsfleet_simulated when recorded; only a JSON true counts
+        "simulated": report.get("simulated") is True,
         "failing": sorted(c["id"] for c in checks if c["status"] in ("fail", "warn")),
         "checks": sorted(checks, key=lambda c: c["id"]),
         "report": report,

@@ -198,7 +198,9 @@ def test_deepspeed_block_and_its_stderr_stay_json_and_one_line(
     doc = json.loads(out)
     assert doc["nodes"]["gpu-01"]["aio"]["use_gds"] is True
     assert doc["nodes"][hostile]["aio"]["use_gds"] is False  # round-trips, as data
-    assert len(err.splitlines()) == 1 and "\x1b" not in err and "never verified" in err
+    # the ledger line, then the hostile node's one line
+    assert err.splitlines()[0] == f"ledger {ledger}"
+    assert len(err.splitlines()) == 2 and "\x1b" not in err and "never verified" in err
 
 
 # ------------------------------------------------------------- item 4: proof vs. facts

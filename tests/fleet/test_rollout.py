@@ -4,9 +4,10 @@ One module, fleets reused where the issue allows (the lab_fleet factory keeps on
 module and replaces it when asked for another shape), in this order:
 
 * 8 nodes: plan, a clean rollout to full compliance (canary + ramp), a reconcile re-run that
-  only verifies, kill -9 of the orchestrator in the middle of a wave then the same command
-  (finished nodes are not re-provisioned: shown from the ledger and the playbook events), an
-  unreachable node, and bad input refused before anything runs.
+  only verifies, lab.sh's follow-up commands and the README's ledger commands run as printed
+  (one ledger named by all, the same answers), kill -9 of the orchestrator in the middle of a
+  wave then the same command (finished nodes are not re-provisioned: shown from the ledger and
+  the playbook events), an unreachable node, and bad input refused before anything runs.
 * 2 nodes: a canary that fails (nothing else touched), and two rollouts at once.
 * 4 nodes: a wave over its failure budget because two nodes' package install fails
   (SIM_DKMS_BUILD=fail: the nvidia-fs DKMS build fails in the package's postinst): stops, the
@@ -134,6 +135,9 @@ def big(lab_fleet: Any, collections: Path, repo_vars: dict[str, str],
         tmp_path_factory: pytest.TempPathFactory) -> Any:
     fleet = lab_fleet(8, dict.fromkeys(range(1, 9), "p2pdma"), group_vars=HEALTHY | repo_vars)
     ctl = Ctl(fleet.inventory, tmp_path_factory.mktemp("big"), collections)
+    # where lab.sh keeps it, relative to a checkout-shaped folder (the follow-ups test)
+    ctl.ledger = ctl.tmp / ".lab" / "ledger.sqlite"
+    ctl.ledger.parent.mkdir()
     ctl.fleet = fleet  # type: ignore[attr-defined]
     ctl.timings = {}  # type: ignore[attr-defined]
     return ctl
@@ -235,6 +239,101 @@ def test_readme_testinfra_command_on_the_rolled_out_fleet(big: Ctl, tmp_path: Pa
     assert proc.returncode == 0, out[-6000:]
     assert "Could not resolve hostname" not in out
     assert " passed" in out
+
+
+def _lab_shaped(source: Path, work: Path) -> Path:
+    """``work`` shaped like a checkout after lab.sh: this fleet's inventory as
+    ``inventories/lab`` with the lab's own ``connection.yml`` (key and known_hosts under
+    ``.lab/ssh/``, found through ``{{ inventory_dir }}/../../.lab``), and ``.venv``."""
+    data = yaml.safe_load(source.read_text())
+    hosts = data["all"]["children"]["gpu_nodes"]["hosts"]
+    ssh = work / ".lab" / "ssh"
+    ssh.mkdir(parents=True)
+    for hv in hosts.values():
+        key = Path(hv.pop("ansible_ssh_private_key_file"))
+        known = hv.pop("ansible_ssh_common_args").split("UserKnownHostsFile=")[1].split()[0]
+        (ssh / "id_ed25519").write_bytes(key.read_bytes())
+        (ssh / "id_ed25519").chmod(0o600)
+        (ssh / "known_hosts").write_text(Path(known).read_text())
+    inv = work / "inventories" / "lab"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    conn = ROOT / "inventories" / "lab" / "group_vars" / "all" / "connection.yml"
+    (inv / "group_vars" / "all" / "connection.yml").write_text(conn.read_text())
+    (inv / "hosts.yml").write_text(yaml.safe_dump(data))
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    return inv
+
+
+def _readme_commands(*prefixes: str) -> list[str]:
+    """The README's commands that start with these words, in its order."""
+    lines = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines()]
+    return [ln for ln in lines if ln.startswith(prefixes)]
+
+
+def test_lab_followups_and_readme_commands_agree_on_one_ledger(big: Ctl) -> None:
+    """After the rollout, the follow-up commands lab.sh prints (tests/harness/lab_followups.py,
+    the block lab.sh prints) and the README's status, report and export commands, run as
+    printed from a checkout-shaped folder (inventories/lab holding this fleet with the lab's
+    connection settings, .lab/ledger.sqlite its ledger, .venv), each name the same ledger on
+    their first line and agree: every node compliant, simulated, the direct path usable
+    (issue 30: the bare commands read another ledger than the lab's)."""
+    import shlex
+
+    from tests.harness import lab_followups
+
+    work = big.tmp
+    _lab_shaped(big.inventory, work)
+    names = sorted(big.fleet.names)  # type: ignore[attr-defined]
+    first = names[0]
+    shown = f"ledger {big.ledger.resolve()}"
+    env = _env(big.collections)
+    # a command that does not name the lab's inventory would read this (empty) default ledger
+    env["XDG_STATE_HOME"] = str(work / "state")
+    env.pop("GDSFLEET_LEDGER", None)
+    block = lab_followups.render(0, node=first)
+    cmds = lab_followups.followups(node=first)
+    assert cmds[-1][1] == lab_followups.TEARDOWN  # not run here: it would stop the lab
+
+    def run(cmd: str) -> subprocess.CompletedProcess[str]:
+        assert f"{cmd}\n" in block  # exactly as printed
+        proc = subprocess.run(shlex.split(cmd), capture_output=True, text=True, env=env,
+                              cwd=work, timeout=900, check=False)
+        assert proc.returncode == 0, f"{cmd}\n{_explain(proc)}"
+        return proc
+
+    out = {c.split()[1]: run(c) for _, c in cmds[:-1]}
+    # every command's first line names the one ledger (rollout's progress goes to stderr)
+    assert out["rollout"].stderr.splitlines()[0] == shown, _explain(out["rollout"])
+    for cmd in ("verify", "status", "history", "report"):
+        assert out[cmd].stdout.splitlines()[0] == shown, _explain(out[cmd])
+    env_lines = out["export"].stdout.splitlines()
+    assert env_lines[0].startswith(f"# gdsfleet: {first}: direct path proven at ")
+    assert env_lines[0].endswith(f"; {shown}")
+    # and they agree: the reconcile only verified, every node compliant and simulated
+    assert "8 node(s): 8 compliant" in out["verify"].stdout
+    status = out["status"].stdout.splitlines()
+    assert status[1].startswith("SIMULATED: 8 of 8 node(s)")
+    rows = [ln for ln in status if ln.split()[:1] and ln.split()[0] in names]
+    assert len(rows) == 8 and all(" COMPLIANT " in r and "SIMULATED" in r for r in rows)
+    history = out["history"].stdout.splitlines()  # ledger, title, header, newest record
+    assert "RESULT" in history[2] and " COMPLIANT " in history[3], history
+    page = (work / ".lab" / "fleet.html").read_text()
+    assert "SIMULATED: 8 of 8 node(s)" in page and 'id="count-compliant"><b>8</b>' in page
+    assert "export KVIKIO_COMPAT_MODE=OFF" in out["export"].stdout
+
+    # the README's commands on real nodes, with the lab's inventory for the example's
+    readme = _readme_commands("provisioner status", "provisioner report", "provisioner export")
+    assert [c.split()[1] for c in readme] == ["status", "report", "export"], readme
+    for cmd in readme:
+        proc = subprocess.run(shlex.split(cmd.replace("inventories/example", "inventories/lab")),
+                              capture_output=True, text=True, env=env, cwd=work, timeout=300,
+                              check=False)
+        assert proc.returncode == 0, f"{cmd}\n{_explain(proc)}"
+        if " deepspeed " in cmd:  # stdout is DeepSpeed's JSON: the ledger line on stderr
+            assert proc.stderr.splitlines()[0] == shown, f"{cmd}\n{_explain(proc)}"
+            assert json.loads(proc.stdout)["aio"]["use_gds"] is True
+        else:
+            assert proc.stdout.splitlines()[0] == shown, f"{cmd}\n{_explain(proc)}"
 
 
 def test_kill_9_mid_wave_then_resume(big: Ctl) -> None:

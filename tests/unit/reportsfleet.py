@@ -91,14 +91,16 @@ LAB_NODES = tuple(f"gdsfleet-lab-{i:02d}" for i in range(1, 9))
 
 
 def build_lab(tmp: Path) -> tuple[str, str]:
-    """A ledger shaped like the lab's first run (issue 30 item 6): 8 compliant nodes, each
-    with the ``fs.mount.nvme`` warning the simulated lab gives; the figures are the fixture's.
+    """A ledger shaped like the lab's first run (issue 30 item 6): 8 compliant nodes marked
+    simulated (the lab inventory's ``gdsfleet_simulated``), each with the ``fs.mount.nvme``
+    warning the simulated lab gives; the figures are the fixture's.
     The ledger path and the run id."""
     path = str(tmp / "lab-ledger.sqlite")
     with Ledger.open(path) as ledger:
         run = ledger.start_run("verify", "inventories/lab", {})
         for i, name in enumerate(LAB_NODES):
             doc = node(name, write=2.0 + i / 10, read=2.5 + i / 10)
+            doc["simulated"] = True  # inventories/lab's gdsfleet_simulated, as verify records it
             doc["checks"].append({"id": "fs.mount.nvme", "status": "warn",
                                   "expected": "an NVMe-backed mount",
                                   "observed": "a loop device",

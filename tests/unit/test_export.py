@@ -75,6 +75,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def _ds(capsys: pytest.CaptureFixture[str], ledger: Path, *argv: str) -> tuple[int, Any, str]:
     code, out, err = _run(capsys, "deepspeed", "--ledger", str(ledger), *argv)
+    if code in (Exit.OK, Exit.NOT_COMPLIANT):  # the ledger read, named first (issue 30)
+        first, _, err = err.partition("\n")
+        assert first == f"ledger {ledger}", first
     return code, (json.loads(out) if out.strip() else None), err
 
 

@@ -33,7 +33,7 @@ from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
 from provisioner.verify.policy import Policy
-from tests.unit.kernel_gate_standins import elf_module
+from tests.unit.kernel_gate_standins import elf_module, grub_cfg
 
 pytestmark = pytest.mark.container
 
@@ -65,18 +65,6 @@ GRUB_SET_DEFAULT = """#!/bin/sh
 mkdir -p /boot/grub
 printf '# GRUB Environment Block\\nsaved_entry=%s\\n' "$1" > /boot/grub/grubenv
 """
-
-
-def grub_cfg(*kernels: str) -> str:
-    """grub.cfg as Debian's grub-mkconfig (10_linux) writes its entries (TEST STAND-IN)."""
-    out = ["# TEST STAND-IN: grub.cfg entries as grub-mkconfig writes them",
-           "menuentry 'Debian GNU/Linux' $menuentry_id_option 'gnulinux-simple-UUID' {", "}",
-           "submenu 'Advanced options for Debian GNU/Linux' $menuentry_id_option "
-           "'gnulinux-advanced-UUID' {"]
-    for k in kernels:
-        out += [f"\tmenuentry 'Debian GNU/Linux, with Linux {k}' $menuentry_id_option "
-                f"'gnulinux-{k}-advanced-UUID' {{", "\t}"]
-    return "\n".join(out + ["}"]) + "\n"
 
 
 def put(node: Any, path: str, data: bytes, mode: str = "0644") -> None:

@@ -11,7 +11,7 @@ python_only=0
 if [ "${1:-}" = "--python-only" ]; then python_only=1; fi
 
 apt_pkgs=(podman runc debootstrap openssh-client openssh-server xfsprogs e2fsprogs dpkg-dev
-          apt-utils gnupg sqlite3 python3-venv uidmap postgresql chromium)
+          apt-utils gnupg sqlite3 python3-venv uidmap postgresql chromium gcc libc6-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

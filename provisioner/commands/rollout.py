@@ -269,6 +269,7 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
                                          args.drain_timeout, args.drain_poll),
         "extravars": _extravars(args.extra_var),
         "playbook": playbook.spec,
+        "always_provision": playbooks.always_provisions(playbook),
         "reboot_playbook": reboot_spec,
         "ansible_env": env,
         "sizes": sizes,
@@ -447,6 +448,10 @@ def run(args: argparse.Namespace) -> int:
                 from provisioner.store.location import ledger_line
 
                 sys.stderr.write(ledger_line(location) + "\n")
+            if checked["always_provision"] and not args.force and not args.quiet:
+                sys.stderr.write(f"{checked['playbook']}: a change that verification cannot "
+                                 "see, so every selected node is provisioned (as with --force), "
+                                 "compliant ones too\n")
             if args.restart:
                 old = ledger.last_unfinished_run("rollout", fleet)
                 if old:
@@ -477,7 +482,7 @@ def run(args: argparse.Namespace) -> int:
                 health_threshold=checked["health_threshold"],
                 health_gate=not args.no_health_gate,
                 verify=not args.no_verify,
-                force=args.force,
+                force=args.force or checked["always_provision"],
                 allow_reboot=args.allow_reboot,
                 pause_between_waves=args.pause_between_waves,
                 resume=True,

@@ -73,6 +73,21 @@ class Playbook:
     fqcn: bool
 
 
+# Playbooks whose change a verification cannot see as done or not (a kernel update: the node
+# verifies compliant before it as after it). A rollout with one of them provisions every selected
+# node, as --force does, instead of only verifying the nodes the ledger says are compliant.
+CHANGE_PLAYBOOKS = (f"{COLLECTION}.kernel_update",)
+CHANGE_PLAYBOOK_FILES = ("kernel_update.yml",)
+
+
+def always_provisions(pb: Playbook) -> bool:
+    """Whether a rollout of ``pb`` provisions compliant nodes too (CHANGE_PLAYBOOKS, or the
+    collection's playbook file of that name given by path)."""
+    if pb.fqcn:
+        return pb.spec in CHANGE_PLAYBOOKS
+    return pb.path.name in CHANGE_PLAYBOOK_FILES and pb.path.parent.name == "playbooks"
+
+
 def looks_like_fqcn(spec: str) -> bool:
     return bool(_FQCN_RE.match(spec)) and not Path(spec).exists()
 

@@ -38,7 +38,15 @@ debootstrap --variant=minbase \
 # Stand-in hardware layer (see docs/testing.md).
 cp -a "$here/node/." "$rootfs/"
 find "$rootfs/usr/local" -name __pycache__ -prune -exec rm -rf {} +
+# The booted-kernel stand-in (node/usr/local/lib/gdsfleet-sim/uname-shim.c): uname() reports the
+# kernel gdsfleet-sim-init decided the simulated boot loaded. Built here (the image has no
+# compiler; the host's is Debian 12's like the image's) against symbols every glibc has.
+gcc -O2 -shared -fPIC -Wall -Wextra -Werror -U_FORTIFY_SOURCE \
+  -o "$rootfs/usr/local/lib/gdsfleet-sim/libgdsfleet-uname.so" \
+  "$here/node/usr/local/lib/gdsfleet-sim/uname-shim.c"
 chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_*; mkdir -p /run/sshd /root/.ssh /etc/modules-load.d; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /etc/apt/sources.list; rm -f /etc/apt/sources.list.d/*'
+
+echo /usr/local/lib/gdsfleet-sim/libgdsfleet-uname.so > "$rootfs/etc/ld.so.preload"
 
 tar -C "$rootfs" -c . | podman import \
   --change "LABEL gdsfleet.recipe=$recipe" \

@@ -1,39 +1,47 @@
-"""The kernel gate on a simulated node (issue 29): a second kernel that builds passes and
-becomes the default through playbooks/kernel_update.yml; a kernel without headers fails, the
-running kernel stays the default and the new one is held; a GDS-patched nvme that exports only
-the v2 registration name while the built nvidia-fs looks up v1 fails naming both (DOCA-OFED
-26.01, gds-nvidia-fs issue #87: tests/fixtures/kernel_gate/issue87.yml); a kernel installed
-behind gdsfleet's back goes through the nvidia_fs role's kernel hook and does not become the
-default.
+"""The kernel gate on simulated nodes (issue 29): `provisioner rollout --playbook
+gdsfleet.gds.kernel_update --allow-reboot` on two provisioned nodes, where a second kernel that
+builds passes, becomes the default and the canary reboots into it and verifies compliant, while
+a kernel without headers fails the other node (not rebooted, default kept, held, budget spent);
+a kernel without headers fails the gate, the running kernel stays the default and the new one
+is held; a GDS-patched nvme that exports only the v2 registration name while the built
+nvidia-fs looks up v1 fails naming both (DOCA-OFED 26.01, gds-nvidia-fs issue #87:
+tests/fixtures/kernel_gate/issue87.yml); a kernel installed behind gdsfleet's back goes through
+the nvidia_fs role's kernel hook and does not become the default.
 
-One simulated node (profile nvfs, DOCA-OFED from the stand-in repository). The simulation keeps
-running its own kernel (it cannot boot another): /boot and /lib/modules show the new one, the
-stand-in dkms builds genuine ELF stand-in modules (tests/harness/standin_repo/payload/dkms), and
-the test adds what a real node has that the simulated one lacks: GRUB (a grub.cfg as
-grub-mkconfig writes it and a grub-set-default that writes grubenv) and the NVIDIA driver's
-module for each kernel (the project never installs the driver). Each is a TEST STAND-IN.
+Nodes of profile nvfs with DOCA-OFED from the stand-in repository. /boot and /lib/modules show
+the new kernel, the stand-in dkms builds genuine ELF stand-in modules
+(tests/harness/standin_repo/payload/dkms), and the tests add what a real node has that the
+simulated one lacks: GRUB (a grub.cfg as grub-mkconfig writes it and a grub-set-default that
+writes grubenv) and the NVIDIA driver's module for each kernel (the project never installs the
+driver). Each is a TEST STAND-IN. With the GRUB stand-in in place a simulated reboot lands in
+the kernel GRUB would boot (docs/testing.md, "The booted kernel"); the host's kernel is still
+the one underneath.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 from gds_collection import VENV_BIN, ansible_env
 
+from provisioner.exitcodes import Exit
 from provisioner.remote import load_script
+from provisioner.store import Ledger
 from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
 from provisioner.verify.policy import Policy
-from tests.unit.kernel_gate_standins import elf_module
+from tests.harness.fixtures import SimNode
+from tests.unit.kernel_gate_standins import elf_module, grub_cfg
 
 pytestmark = pytest.mark.container
 
@@ -59,24 +67,13 @@ GATE = """
 """
 GATHER = load_script("gather.py")
 STATE = "/var/lib/gdsfleet/kernel-gate.json"
+ADV = "gnulinux-advanced-UUID"
 GRUB_SET_DEFAULT = """#!/bin/sh
 # TEST STAND-IN for grub-set-default (GRUB 2): records the saved entry in grubenv.
 [ -n "${1:-}" ] || exit 1
 mkdir -p /boot/grub
 printf '# GRUB Environment Block\\nsaved_entry=%s\\n' "$1" > /boot/grub/grubenv
 """
-
-
-def grub_cfg(*kernels: str) -> str:
-    """grub.cfg as Debian's grub-mkconfig (10_linux) writes its entries (TEST STAND-IN)."""
-    out = ["# TEST STAND-IN: grub.cfg entries as grub-mkconfig writes them",
-           "menuentry 'Debian GNU/Linux' $menuentry_id_option 'gnulinux-simple-UUID' {", "}",
-           "submenu 'Advanced options for Debian GNU/Linux' $menuentry_id_option "
-           "'gnulinux-advanced-UUID' {"]
-    for k in kernels:
-        out += [f"\tmenuentry 'Debian GNU/Linux, with Linux {k}' $menuentry_id_option "
-                f"'gnulinux-{k}-advanced-UUID' {{", "\t}"]
-    return "\n".join(out + ["}"]) + "\n"
 
 
 def put(node: Any, path: str, data: bytes, mode: str = "0644") -> None:
@@ -162,31 +159,169 @@ def held(node: Any) -> set[str]:
     return set(node.exec("apt-mark showhold").stdout.split())
 
 
-def test_a_second_kernel_that_builds_passes_and_becomes_the_default(
-    sim_node: Callable[..., Any], standin_repo: Any, installed_collection: Path, tmp_path: Path
-) -> None:
-    """kernel_update.yml: headers then image (dkms's hook builds, the gate's hook passes),
-    dkms autoinstall, the gate passes, the kernel becomes the default, a reboot is asked for."""
-    node = sim_node("nvfs", ssh=True)
-    kernel, nxt = prepare(node, standin_repo, next_headers=True, install_next=False)
-    rc, report, stderr = play(tmp_path, node, standin_repo, STACK, "2.28.4")
-    assert rc == 0, stderr[-2000:] + json.dumps(report)[-3000:]
-    put(node, "/etc/default/grub", b"GRUB_DEFAULT=saved\n")  # an admin who pins entries
-    node.exec(f"grub-set-default 'gnulinux-advanced-UUID>gnulinux-{kernel}-advanced-UUID'")
+class LabNode:
+    """A lab fleet's node with the sim_node interface the helpers above use (exec)."""
 
-    rc, report, stderr = play(tmp_path, node, standin_repo, "", "2.28.4",
-                              playbook=str(ROOT / "playbooks/kernel_update.yml"),
-                              kernel_target=nxt)
-    assert rc == 0, stderr[-2000:] + json.dumps(report)[-4000:]
-    gate = task(report, "gdsfleet.gds.kernel_gate : Gate the kernel the node will boot")
-    assert gate["passed"] is True, gate
-    assert [a["action"] for a in gate["actions"]] == ["make_default"], gate
-    assert saved_entry(node) == f"gnulinux-advanced-UUID>gnulinux-{nxt}-advanced-UUID"
-    assert state(node)["kernels"][nxt]["passed"] is True
-    assert f"kernel_update: boot {nxt}" in node.exec("cat /var/lib/gdsfleet/reboot-required").stdout
-    assert not held(node)
-    c = gate_check(node)
+    def __init__(self, fleet: Any, name: str) -> None:
+        self.fleet, self.name = fleet, name
+
+    install_repo = SimNode.install_repo
+    apt_install = SimNode.apt_install
+
+    def exec(self, command: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return cast("subprocess.CompletedProcess[str]", self.fleet.exec(self.name, command,
+                                                                        check=check))
+
+
+def rollout(inventory: Path, tmp: Path, collections: Path, *args: str
+            ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`provisioner rollout` against the lab fleet, with a ledger and a JSON report in tmp."""
+    report = tmp / f"rollout{len(list(tmp.glob('rollout*.json')))}.json"
+    argv = [str(VENV_BIN / "provisioner"), "rollout", "-i", str(inventory), "--ledger",
+            str(tmp / "ledger.sqlite"), "--events-log", str(report.with_suffix(".events")),
+            "--plain",
+            "--io-size", "16M", "--allow-reboot", "--json", str(report), *args]
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+               ANSIBLE_COLLECTIONS_PATH=str(collections), PYTHONUNBUFFERED="1")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=1800, check=False)
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    return proc, doc
+
+
+def booted(node: Any) -> tuple[str, str]:
+    """(uname -r, boot id) of a node."""
+    out = node.exec("uname -r; cat /proc/sys/kernel/random/boot_id").stdout.split()
+    return out[0], out[1]
+
+
+def test_kernel_update_rollout_reboots_into_a_gated_kernel_and_fails_one_without_headers(
+    lab_fleet: Callable[..., Any], private_repo: Any, private_collections: Path,
+    tmp_path: Path
+) -> None:
+    """The whole of issue 29 part 4 on two nodes provisioned by a site.yml rollout, then
+    `provisioner rollout --playbook gdsfleet.gds.kernel_update -e kernel_target=<next>
+    --allow-reboot` (canary first, no failure allowed after it):
+
+    * the canary (an admin pinned its running kernel: GRUB_DEFAULT=saved) installs the next
+      kernel with its headers; dkms builds, the gate passes and makes it the default; the
+      rollout reboots it, the simulated GRUB boots the new kernel, nvidia-fs loads for it, the
+      node verifies compliant and the ledger records the verification on the new kernel;
+    * the second node's update brings no headers (its host var: the image only): the gate
+      fails with its reason, the running kernel stays the default, the new kernel is held,
+      the node is failed and not rebooted (same boot id), the wave is over its budget.
+    Then, on the second node: a reboot stays on the gated kernel with GDS; booting the
+    ungated kernel by hand shows what the gate prevented (no nvidia-fs for it).
+
+    Slow: two rollouts of two nodes (site.yml with DOCA-OFED, CUDA and nvidia-fs DKMS, then
+    kernel_update with a simulated reboot and verification); it replaces the one-node test
+    that only made the passing kernel the default, so the lab provisions no more than before.
+    """
+    t0 = time.monotonic()
+    fleet = lab_fleet(2, {1: "nvfs", 2: "nvfs"}, group_vars={
+        **private_repo.group_vars(), "gds_route": "nvfs", "mofed_flavor": "doca",
+        "cuda_version": "12.9", "cuda_nvidia_fs_version": "2.28.4"})
+    good, bad = (LabNode(fleet, n) for n in fleet.names)
+    kernel = good.exec("uname -r").stdout.strip()
+    for node in (good, bad):  # dkms and the running kernel's headers, as prepare() installs
+        node.install_repo(private_repo.repo, doca=False)
+        node.apt_install("dkms", f"linux-headers-{kernel}")
+        node.exec("rm -f /etc/apt/sources.list.d/gdsfleet-test.list && rm -rf /var/lib/apt/lists/*")
+    proc, doc = rollout(fleet.inventory, tmp_path, private_collections, "--waves", "1,100%")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    provisioned = time.monotonic()
+
+    nxt = good.exec("apt-cache pkgnames linux-image- | sort | tail -n 1").stdout.strip()
+    nxt = nxt.removeprefix("linux-image-")
+    assert nxt and nxt != kernel
+    for node in (good, bad):  # TEST STAND-INS: GRUB and the driver, as a real node has them
+        node.exec(f"test -e /boot/vmlinuz-{kernel} || echo stand-in > /boot/vmlinuz-{kernel}")
+        put(node, "/boot/grub/grub.cfg", grub_cfg(nxt, kernel).encode())
+        put(node, "/usr/local/sbin/grub-set-default", GRUB_SET_DEFAULT.encode(), "0755")
+        for k in (kernel, nxt):
+            put(node, f"/lib/modules/{k}/kernel/drivers/video/nvidia.ko", elf_module(
+                name="nvidia", vermagic=f"{k} SMP preempt mod_unload modversions ",
+                license="Dual MIT/GPL"))
+    put(good, "/etc/default/grub", b"GRUB_DEFAULT=saved\n")  # an admin who pins entries
+    good.exec(f"grub-set-default '{ADV}>gnulinux-{kernel}-advanced-UUID' && update-grub")
+    inv = yaml.safe_load(fleet.inventory.read_text())
+    inv["all"]["children"]["gpu_nodes"]["hosts"][bad.name]["kernel_update_packages"] = [
+        f"linux-image-{nxt}"]  # an update that brings the kernel without its headers
+    fleet.inventory.write_text(yaml.safe_dump(inv))
+    good_boot, bad_boot = booted(good)[1], booted(bad)[1]
+
+    proc, doc = rollout(fleet.inventory, tmp_path, private_collections, "--playbook",
+                        "gdsfleet.gds.kernel_update", "-e", f"kernel_target={nxt}",
+                        "--waves", "1,100%", "--max-failures", "0")
+    assert proc.returncode == Exit.ABORTED, proc.stdout[-4000:] + proc.stderr[-4000:]
+    updated = time.monotonic()
+    assert "over its failure budget" in doc["message"], doc["message"]
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert doc["waves"][1]["failed"] == 1 and doc["waves"][1]["allowed_failures"] == 0
+
+    # the canary: rebooted into the new kernel, compliant, the ledger says so
+    assert nodes[good.name]["step"] == "compliant", nodes[good.name]
+    release, boot_id = booted(good)
+    assert release == nxt and boot_id != good_boot
+    assert good.exec("cat /sys/module/nvidia_fs/version").stdout.strip() == "2.28.4"
+    assert saved_entry(good) == f"{ADV}>gnulinux-{nxt}-advanced-UUID"
+    gate = state(good)["kernels"][nxt]
+    assert gate["passed"] is True and [a["action"] for a in gate["actions"]] == ["make_default"]
+    assert not held(good)
+    assert good.exec("test -e /var/lib/gdsfleet/reboot-required", check=False).returncode == 1
+    c = gate_check(good)
     assert (c.status, c.observed.split(" (")[0]) == ("pass", nxt), c
+    with Ledger.open(tmp_path / "ledger.sqlite") as led:
+        steps = led.node_steps(doc["run_id"])
+        verified = [v for v in led.run_verifications(doc["run_id"]) if v["node"] == good.name]
+    assert steps[good.name]["step"] == "compliant"
+    assert steps[good.name]["detail"].get("rebooted") is True, steps[good.name]
+    last = verified[-1]
+    assert last["compliant"] is True, last["failing"]
+    kv = next(c for c in last["checks"] if c["id"] == "kernel.version")
+    assert nxt in str(kv["observed"]), kv
+
+    # the node without headers: failed with the gate's reason, not rebooted, held
+    out = nodes[bad.name]
+    assert out["step"] == "failed" and out["failure"] == "failed", out
+    assert out["outcome"]["failed_task"] == "Fail with the reason and the fix", out["outcome"]
+    assert f"no headers for {nxt}" in out["outcome"]["message"], out["outcome"]
+    assert steps[bad.name]["step"] == "failed"
+    assert booted(bad) == (kernel, bad_boot)
+    events = (tmp_path / "rollout1.events").read_text().splitlines()  # this rollout's
+    reboots = {e["host"] for e in map(json.loads, events) if e["playbook"] == "reboot"}
+    assert bad.name not in reboots and good.name in reboots
+    assert saved_entry(bad) == f"{ADV}>gnulinux-{kernel}-advanced-UUID"
+    assert f"linux-image-{nxt}" in held(bad)
+    doc_bad = state(bad)
+    assert doc_bad["next_boot"] == kernel and doc_bad["kernels"][nxt]["passed"] is False
+
+    # what the gate protects: a reboot keeps the gated kernel and GDS ...
+    bad.exec("reboot")
+    wait_boot(bad, bad_boot)
+    assert booted(bad)[0] == kernel
+    assert bad.exec("test -d /sys/module/nvidia_fs", check=False).returncode == 0
+    # ... and the ungated kernel, booted by hand, comes up without nvidia-fs
+    before = booted(bad)[1]
+    bad.exec(f"grub-set-default '{ADV}>gnulinux-{nxt}-advanced-UUID' && reboot")
+    wait_boot(bad, before)
+    assert booted(bad)[0] == nxt
+    assert bad.exec("test -d /sys/module/nvidia_fs", check=False).returncode == 1
+    assert bad.exec("modprobe nvidia_fs", check=False).returncode != 0
+    print(f"kernel update lab: provisioning {provisioned - t0:.0f} s, kernel_update rollout "
+          f"{updated - provisioned:.0f} s, total {time.monotonic() - t0:.0f} s")
+
+
+def wait_boot(node: Any, old_boot_id: str, timeout: float = 120) -> None:
+    """Until the node answers with another boot id and its simulation is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = node.exec("test -e /run/gdsfleet-sim/ready && cat /proc/sys/kernel/random/boot_id",
+                      check=False)
+        if r.returncode == 0 and r.stdout.strip() not in ("", old_boot_id):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{node.name} did not come back from its reboot")
 
 
 def test_a_kernel_without_headers_fails_keeps_the_default_and_is_held(

@@ -138,3 +138,50 @@ def test_what_looks_like_an_fqcn() -> None:
     assert not playbooks.looks_like_fqcn("site.yml")
     assert not playbooks.looks_like_fqcn("playbooks/site.yml")
     assert not playbooks.looks_like_fqcn("./a.b.c")
+
+
+def test_a_kernel_update_rollout_provisions_nodes_the_ledger_says_are_compliant(
+    tmp_path: Path, inv: Path, clean_ansible_env: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A compliant node verifies compliant before a kernel update as after it: a rollout of
+    gdsfleet.gds.kernel_update provisions it anyway (as --force), where one of another playbook
+    only verifies it (the lab's rollout of the issue 29 command skipped both nodes before)."""
+    from provisioner.store import Ledger
+
+    root = tmp_path / "colls"
+    for name in ("kernel_update", "other"):
+        pb = root / "ansible_collections" / "gdsfleet" / "gds" / "playbooks" / f"{name}.yml"
+        pb.parent.mkdir(parents=True, exist_ok=True)
+        pb.write_text(HELLO)
+    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(root))
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger.open(ledger) as led:
+        run = led.start_run("verify", "test")
+        for node in ("node1", "node2"):
+            led.record_verification(run, {"name": node, "reachable": True, "compliant": True,
+                                          "checks": []})
+        led.finish_run(run, "succeeded")
+
+    def changed(playbook: str) -> set[str]:
+        log = tmp_path / "runner" / "events.jsonl"
+        log.unlink(missing_ok=True)
+        main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--playbook", playbook,
+              "--no-verify", "--plain", "--waves", "1,100%", "--restart"])
+        lines = log.read_text().splitlines() if log.exists() else []
+        return {e["host"] for e in map(json.loads, lines) if e["event"] == "outcome:changed"}
+
+    assert changed("gdsfleet.gds.other") == set()
+    capsys.readouterr()
+    assert changed("gdsfleet.gds.kernel_update") == {"node1", "node2"}
+    assert "every selected node is provisioned (as with --force)" in capsys.readouterr().err
+
+
+def test_which_playbooks_always_provision(tmp_path: Path) -> None:
+    f = tmp_path / "playbooks" / "kernel_update.yml"
+    assert playbooks.always_provisions(playbooks.Playbook("gdsfleet.gds.kernel_update", f, True))
+    assert playbooks.always_provisions(playbooks.Playbook(str(f), f, False))
+    assert not playbooks.always_provisions(playbooks.Playbook("gdsfleet.gds.site", f, True))
+    assert not playbooks.always_provisions(playbooks.Playbook("other.ns.kernel_update", f, True))
+    other = tmp_path / "kernel_update.yml"
+    assert not playbooks.always_provisions(playbooks.Playbook(str(other), other, False))

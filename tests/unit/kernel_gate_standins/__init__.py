@@ -67,3 +67,23 @@ def write_module(path: Path, data: bytes) -> Path:
         data = lzma.compress(data)
     path.write_bytes(data)
     return path
+
+
+def grub_cfg(*kernels: str) -> str:
+    """grub.cfg as Debian's grub-mkconfig (10_linux) writes its entries (TEST STAND-IN): the
+    first, simple entry boots the first (newest) kernel, then an advanced submenu with one
+    entry per kernel; each entry's `linux` line names the image it loads (the simulated boot
+    loader, gdsfleet_sim.grub_boot_kernel, reads it)."""
+    def body(k: str, indent: str) -> list[str]:
+        return [f"{indent}\tlinux\t/boot/vmlinuz-{k} root=UUID=5b2a7c9e ro quiet",
+                f"{indent}\tinitrd\t/boot/initrd.img-{k}", f"{indent}}}"]
+    out = ["# TEST STAND-IN: grub.cfg entries as grub-mkconfig writes them",
+           "menuentry 'Debian GNU/Linux' $menuentry_id_option 'gnulinux-simple-UUID' {"]
+    out += body(kernels[0], "") if kernels else ["}"]
+    out.append("submenu 'Advanced options for Debian GNU/Linux' $menuentry_id_option "
+               "'gnulinux-advanced-UUID' {")
+    for k in kernels:
+        out.append(f"\tmenuentry 'Debian GNU/Linux, with Linux {k}' $menuentry_id_option "
+                   f"'gnulinux-{k}-advanced-UUID' {{")
+        out += body(k, "\t")
+    return "\n".join(out + ["}"]) + "\n"

@@ -359,7 +359,7 @@ def load_module(name: str, args: dict[str, str] | None = None) -> tuple[int, str
             _nvfs_proc_create(version)
         return 0, ""
     if name in ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"):
-        if gpu_driver() == "none":
+        if gpu_driver() == "none" or not driver_built_for_kernel():
             return 1, notfound
         _mkmod(name, driver_version())
         return 0, ""
@@ -1095,3 +1095,152 @@ def operator_setup() -> None:
     for name in OPERATOR_READY_FILES:
         with open(os.path.join(OPERATOR_VALIDATIONS, name), "w") as fh:
             fh.write("")
+
+
+# ----------------------------------------------------------------------------- the booted kernel
+# A container shares the host's kernel; at each simulated boot gdsfleet-sim-init decides which
+# kernel GRUB would have loaded (grub_boot_kernel) and, when it is not the host's, writes its
+# release to BOOTED_KERNEL: the preloaded uname-shim.c then makes uname() report it, so
+# kernel() above, `uname -r`, Ansible's facts and the stand-in dkms agree on it. Modules for it
+# come from /lib/modules/<release> only (what the stand-in dkms built there, the driver's
+# nvidia.ko as its package would install it). Without a GRUB stand-in (/boot/grub/grub.cfg: the
+# kernel-gate tests write one) the node runs the host kernel as always.
+BOOTED_KERNEL = RUN + "/booted-kernel"
+OSRELEASE = RUN + "/osrelease"
+BOOT_DIR = "/boot"
+GRUB_CFG = BOOT_DIR + "/grub/grub.cfg"
+GRUBENV = BOOT_DIR + "/grub/grubenv"
+# GRUB_DEFAULT as the stand-in update-grub (grub-mkconfig) last read it: what grub.cfg's
+# `set default=` would say; without it, /etc/default/grub(.d) as they are now.
+GRUB_DEFAULT_STATE = "/var/lib/gdsfleet-sim/grub-default"
+GRUB_ETC_DEFAULT = "/etc/default/grub"
+RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}$")
+GRUB_MAX_BYTES = 256 * 1024
+GRUB_MAX_ENTRIES = 256
+
+
+def booted_other_kernel() -> bool:
+    """Whether this boot loaded a kernel other than the host's (a GRUB stand-in chose it)."""
+    return os.path.exists(BOOTED_KERNEL)
+
+
+def _read_bounded(path: str, limit: int = GRUB_MAX_BYTES) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def grub_entries(text: str) -> list[dict[str, object]]:
+    """grub.cfg's menu as GRUB builds it: menuentry/submenu lines (title, --id or
+    $menuentry_id_option id) and each entry's `linux` path; nested through braces. Lines that
+    do not parse are skipped; at most GRUB_MAX_ENTRIES entries."""
+    top: list[dict[str, object]] = []
+    stack: list[list[dict[str, object]]] = [top]
+    current: list[dict[str, object] | None] = [None]
+    count = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        word = line.split(None, 1)[0] if line else ""
+        if word in ("menuentry", "submenu") and line.endswith("{"):
+            try:
+                argv = shlex.split(line[:-1])
+            except ValueError:
+                continue
+            count += 1
+            if count > GRUB_MAX_ENTRIES or len(argv) < 2:
+                break
+            ident = ""
+            for i, a in enumerate(argv[:-1]):
+                if a in ("$menuentry_id_option", "--id"):
+                    ident = argv[i + 1]
+            entry: dict[str, object] = {"kind": word, "title": argv[1], "id": ident,
+                                        "linux": "", "children": []}
+            stack[-1].append(entry)
+            stack.append(entry["children"])  # type: ignore[arg-type]
+            current.append(entry)
+        elif line == "}" and len(stack) > 1:
+            stack.pop()
+            current.pop()
+        elif word in ("linux", "linuxefi", "linux16") and current[-1] is not None:
+            parts = line.split()
+            if len(parts) > 1:
+                current[-1]["linux"] = parts[1]
+    return top
+
+
+def _last_grub_default() -> str:
+    value = "0"
+    for path in [GRUB_ETC_DEFAULT] + sorted(glob.glob(GRUB_ETC_DEFAULT + ".d/*.cfg"))[:64]:
+        for line in _read_bounded(path, 64 * 1024).splitlines():
+            m = re.match(r"^\s*GRUB_DEFAULT=(['\"]?)(.*?)\1\s*$", line)
+            if m:
+                value = m.group(2)
+    return value
+
+
+def grub_default() -> str:
+    """The default GRUB would use: grub-mkconfig's value of GRUB_DEFAULT (recorded by the
+    stand-in update-grub, else /etc/default/grub then grub.d/*.cfg); `saved` means grubenv's
+    saved_entry ("0" when it has none)."""
+    state = _read_bounded(GRUB_DEFAULT_STATE, 4096)
+    value = state.splitlines()[0].strip() if state.strip() else _last_grub_default()
+    if value == "saved":
+        saved = ""
+        for line in _read_bounded(GRUBENV, 4096).splitlines():
+            if line.startswith("saved_entry="):
+                saved = line.partition("=")[2].strip()
+        value = saved or "0"
+    return value or "0"
+
+
+def grub_select(entries: list[dict[str, object]], value: str) -> dict[str, object] | None:
+    """The menu entry GRUB boots for `default=value`: '>' separates submenu levels, each part
+    a number (position), an id or a title; a submenu is not bootable itself."""
+    level = entries
+    chosen: dict[str, object] | None = None
+    for part in value.split(">"):
+        if part.isdigit():
+            idx = int(part)
+            chosen = level[idx] if idx < len(level) else None
+        else:
+            chosen = next((e for e in level if part in (e["id"], e["title"])), None)
+        if chosen is None:
+            return None
+        level = chosen["children"]  # type: ignore[assignment]
+    return chosen if chosen is not None and chosen["kind"] == "menuentry" else None
+
+
+def grub_boot_kernel(host: str) -> tuple[str, str]:
+    """(release, how it was found) of the kernel a boot through the GRUB stand-in loads: the
+    default entry (GRUB falls back to the first entry when the default names none), its
+    `linux /boot/vmlinuz-<release>`, which must exist. Anything else: the host kernel."""
+    text = _read_bounded(GRUB_CFG)
+    if not text:
+        return host, "no GRUB stand-in: the host kernel"
+    entries = grub_entries(text)
+    value = grub_default()
+    entry = grub_select(entries, value)
+    how = f"GRUB default {value!r}"
+    if entry is None:
+        entry, how = grub_select(entries, "0"), f"GRUB default {value!r} names no entry: entry 0"
+    if entry is None:
+        return host, f"{how}; grub.cfg has no entry: the host kernel"
+    image = str(entry["linux"])
+    release = os.path.basename(image).removeprefix("vmlinuz-")
+    if not os.path.basename(image).startswith("vmlinuz-") or not RELEASE_RE.match(release):
+        return host, f"{how}: entry {entry['title']!r} loads {image!r}: the host kernel"
+    if not os.path.isfile(f"{BOOT_DIR}/vmlinuz-{release}"):
+        return host, f"{how}: {BOOT_DIR}/vmlinuz-{release} is missing: the host kernel"
+    return release, f"{how}: {entry['title']!r}"
+
+
+def driver_built_for_kernel() -> bool:
+    """The GPU driver's module is there for the booted kernel: always for the host kernel (the
+    image simulates a node whose driver is installed), else only when /lib/modules/<release>
+    has nvidia.ko (the project never installs the driver: the tests put it where its package
+    would) or the GPU Operator's driver container builds it."""
+    if not booted_other_kernel() or operator_managed():
+        return True
+    return bool(glob.glob(f"/lib/modules/{kernel()}/**/nvidia.ko", recursive=True))

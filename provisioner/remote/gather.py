@@ -29,6 +29,8 @@ from provisioner.remote.bundle import shared as _shared  # controller side; bund
 # How kmod reads modprobe.d: plugins/module_utils/modprobe_conf.py (one copy, shared with
 # provisioner verify and the collection's filter gdsfleet.gds.modprobe_plan).
 _modprobe_conf = _shared("modprobe_conf.py")
+# Network filesystems: the GDS clients' kernel modules and the RDMA ports (issue 33).
+_netfs_state = _shared("_netfs_state.py")
 
 SCHEMA = 1
 CMD_TIMEOUT = 30.0
@@ -201,36 +203,6 @@ def module_params(module: str) -> dict:
         "err": "",
         "version": version["out"].strip() if version["rc"] == 0 else None,
     }
-
-
-# -- network filesystems: the client's kernel module and the RDMA ports -----------------------
-# The kernel module each network filesystem's GDS client registers with nvidia-fs from
-# (NVIDIA/gds-nvidia-fs src/nvfs-dma.h NVFS_PROC_MOD_*_KEY at v2.28.4: rpcrdma, lnet,
-# mmfslinux, wekafsio, beegfs; tests/fixtures/netfs/prerequisites.yml). Present in /sys/module
-# when loaded (or built in).
-NETFS_CLIENT_MODULES = ("rpcrdma", "lnet", "ko2iblnd", "mmfslinux", "wekafsio", "beegfs")
-RDMA_PORTS_MAX = 64
-
-
-def netfs_client_modules() -> dict:
-    present = [m for m in NETFS_CLIENT_MODULES if os.path.isdir(f"/sys/module/{m}")]
-    return {"kind": "dir", "path": "/sys/module", "rc": 0, "out": "\n".join(present), "err": ""}
-
-
-def rdma_ports() -> dict:
-    """Each RDMA port's state, ``DEVICE PORT STATE`` a line (/sys/class/infiniband/*/ports/*/state
-    reads ``4: ACTIVE``); at most RDMA_PORTS_MAX ports. rc None: no RDMA device."""
-    if not os.path.isdir("/sys/class/infiniband"):
-        return {"kind": "dir", "path": "/sys/class/infiniband", "rc": None, "out": "",
-                "err": "missing"}
-    lines = []
-    for path in sorted(glob.glob("/sys/class/infiniband/*/ports/*/state"))[:RDMA_PORTS_MAX]:
-        parts = path.split("/")
-        res = read_file(path)
-        state = res["out"].strip()[:64] if res["rc"] == 0 else "unreadable"
-        lines.append(f"{parts[4][:64]} {parts[6][:16]} {state}")
-    return {"kind": "dir", "path": "/sys/class/infiniband", "rc": 0, "out": "\n".join(lines),
-            "err": ""}
 
 
 def grep_kallsyms() -> dict:
@@ -500,8 +472,8 @@ def gather() -> dict:
     items["nvme_module"] = module_params("nvme")
     items["iommu_class"] = listdir("/sys/class/iommu")
     items["kallsyms"] = grep_kallsyms()
-    items["netfs_client_modules"] = netfs_client_modules()
-    items["rdma_ports"] = rdma_ports()
+    items["netfs_client_modules"] = _netfs_state.netfs_client_modules()
+    items["rdma_ports"] = _netfs_state.rdma_ports()
     items["modinfo_license"] = run(["modinfo", "-F", "license", "nvidia"])
     items["modinfo_nvfs_version"] = run(["modinfo", "-F", "version", "nvidia_fs"])
     items["nvidia_smi_L"] = run(["nvidia-smi", "-L"])

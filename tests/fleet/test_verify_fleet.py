@@ -314,8 +314,9 @@ def test_html_and_textfile_of_the_real_run(first_run: dict[str, Any],
     key = ("gdsfleet_io_test_throughput_bytes_per_second",
            (("direction", "read"), ("node", names[0])))
     assert live[key] == pytest.approx(node["io_test"]["read_gbps"] * 1e9)
+    sim = "true" if first_run["by"][names[1]].get("simulated") else "false"
     assert live[("gdsfleet_node_compliant", (("io_path", "direct"), ("node", names[1]),
-                                             ("route", "p2pdma")))] == 1
+                                             ("route", "p2pdma"), ("simulated", sim)))] == 1
     assert main(["report", first_run["doc"]["run_id"], "--ledger", str(first_run["ledger"]),
                  "--prom-textfile", str(out / "again")]) == Exit.OK
     capsys.readouterr()

@@ -216,7 +216,7 @@ NVFS_DMA_H = Path(__file__).resolve().parents[1] / "fixtures" / "netfs" / "nvfs_
 def test_client_modules_are_the_ones_nvidia_fs_registers_with() -> None:
     # the fixture names its source (NVIDIA/gds-nvidia-fs src/nvfs-dma.h at v2.28.4); netfs.py,
     # verify.yml and the gather script must all carry the same module per filesystem
-    from provisioner.remote import gather
+    from provisioner.remote import _netfs_state
 
     fx = yaml.safe_load(NVFS_DMA_H.read_text())["client_module"]
     assert {k: v.client_module for k, v in netfs.NETWORK_FILESYSTEMS.items()} == fx
@@ -225,7 +225,7 @@ def test_client_modules_are_the_ones_nvidia_fs_registers_with() -> None:
     assert play["vars"]["__netfs_client_module"] == fx
     assert play["vars"]["__netfs_cufile_section"] == {
         k: v.cufile_section for k, v in netfs.NETWORK_FILESYSTEMS.items()}
-    assert set(fx.values()) <= set(gather.NETFS_CLIENT_MODULES)
+    assert set(fx.values()) <= set(_netfs_state.NETFS_CLIENT_MODULES)
 
 
 OPERATOR_NODE = {"operator": True, "client_modules": ["rpcrdma"], "rdma_readable": True,

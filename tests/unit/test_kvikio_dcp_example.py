@@ -127,6 +127,11 @@ def test_export_today_prints_what_the_run_used(
             assert got_doc == want_doc
         else:
             assert out.splitlines()[1:] == want.splitlines()[1:]
+        if name == "export-deepspeed.json":
+            # stdout is DeepSpeed's JSON: the ledger it read is named on stderr's first line
+            # (added after the capture was made)
+            first, _, err = err.partition("\n")
+            assert first.startswith("ledger ") and str(ledger) in first, first
         want_err = (EVIDENCE / f"{name}.stderr").read_text().rsplit("[exit", 1)[0]
         assert stamp.sub("T", err) == stamp.sub("T", want_err)
 

@@ -69,7 +69,7 @@ def test_the_scripts_declare_the_shared_parsers() -> None:
     assert bundler.declared((ROOT / "provisioner/remote/iotest.py").read_text()) == [
         "_libcufile.py", "_nodefs.py", "cufile_json.py"]
     assert bundler.declared((ROOT / "provisioner/remote/gather.py").read_text()) == [
-        "modprobe_conf.py"]
+        "_netfs_state.py", "modprobe_conf.py"]
 
 
 def test_bundle_is_deterministic_and_cached() -> None:

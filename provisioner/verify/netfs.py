@@ -19,7 +19,7 @@ class NetFs:
     gdscheck_line: str  # the DRIVER CONFIGURATION key in gdscheck -p
     fix: str  # the step that makes GDS support it
     # the kernel module of its GDS client: the one nvidia-fs registers with (NVIDIA/gds-nvidia-fs
-    # src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, v2.28.4; tests/fixtures/netfs/prerequisites.yml)
+    # src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, v2.28.4; tests/fixtures/netfs/nvfs_client_modules.yml)
     client_module: str = ""
     cufile_section: str = ""  # its section under cufile.json's fs
 
@@ -98,10 +98,11 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 def parse_client_modules(text: str | None) -> list[str] | None:
     """The GDS clients' kernel modules loaded (the gather's ``netfs_client_modules``: names
     under /sys/module); None when not gathered. Only known names count."""
+    from provisioner.remote._netfs_state import NETFS_CLIENT_MODULES  # what the gather looks for
+
     if text is None:
         return None
-    known = {fs.client_module for fs in NETWORK_FILESYSTEMS.values()} | {"ko2iblnd"}
-    return sorted({ln.strip() for ln in text.splitlines()} & known)
+    return sorted({ln.strip() for ln in text.splitlines()} & set(NETFS_CLIENT_MODULES))
 
 
 def parse_rdma_ports(item: dict[str, Any]) -> dict[str, Any]:

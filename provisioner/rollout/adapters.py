@@ -33,6 +33,19 @@ def checkout_collections() -> Path | None:
     return path if (REPO / "galaxy.yml").is_file() and path.is_dir() else None
 
 
+class _Relay:
+    """A held run's host-event callback: passes events on to the wave's, once it is let go
+    (a held run sends none before: no host is touched until then)."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[str, str, str], None] | None = None
+
+    def __call__(self, host: str, event: str, task: str) -> None:
+        target = self.target
+        if target is not None:
+            target(host, event, task)
+
+
 class AnsibleProvisioner:
     def __init__(
         self,
@@ -67,6 +80,8 @@ class AnsibleProvisioner:
         # where the playbook runs (executors.LocalExecutor: here; SshExecutor: shards on
         # execution nodes)
         self.executor: Executor = executor if executor is not None else LocalExecutor()
+        # the site playbook runs started ahead of their wave and held: wave -> (Held, relay)
+        self._held: dict[int, tuple[Any, _Relay]] = {}
 
     def _log(self, fd: int | None, wave: int, kind: str, host: str, event: str,
              task: str) -> None:
@@ -101,21 +116,26 @@ class AnsibleProvisioner:
                 if on_host_event is not None:
                     on_host_event(host, event, task)
 
-            res = self.executor.run(
-                playbook,
-                self.inventory,
-                list(hosts),
-                forks=self.forks,
-                extravars=self.extravars,
-                envvars=self.envvars,
-                private_data_dir=self.private_data_dir,
-                on_host_event=on_event,
-                timeout=self.timeout,
-                children_lock=self.children_lock,
-                run_tag=self.run_tag,
-                wave=wave,
-                kind=kind,
-            )
+            held = self._take_held(kind, hosts, wave)
+            if held is not None:
+                held[1].target = on_event
+                res = held[0].release()
+            else:
+                res = self.executor.run(
+                    playbook,
+                    self.inventory,
+                    list(hosts),
+                    forks=self.forks,
+                    extravars=self.extravars,
+                    envvars=self.envvars,
+                    private_data_dir=self.private_data_dir,
+                    on_host_event=on_event,
+                    timeout=self.timeout,
+                    children_lock=self.children_lock,
+                    run_tag=self.run_tag,
+                    wave=wave,
+                    kind=kind,
+                )
             for h, out in res.hosts.items():
                 self._log(fd, wave, kind, h, f"outcome:{out.status.value}",
                           out.failed_task or "")
@@ -123,6 +143,49 @@ class AnsibleProvisioner:
             if fd is not None:
                 os.close(fd)
         return res.hosts
+
+    def prestart(self, hosts: Sequence[str], *, wave: int) -> bool:
+        """Start ``wave``'s site playbook run for ``hosts`` now, held before its first play
+        (:mod:`provisioner.rollout.prestart`), so that :meth:`provision` of the same hosts in
+        that wave only lets it go on; one held earlier for the same wave is dropped. False
+        (nothing started) when the executor cannot hold a run (the ssh executor) or there are
+        no hosts."""
+        start = getattr(self.executor, "prestart", None)
+        old = self._held.pop(wave, None)
+        if old is not None:
+            old[0].drop()
+        if start is None or not hosts:
+            return False
+        relay = _Relay()
+        held = start(self.playbook, self.inventory, list(hosts), forks=self.forks,
+                     extravars=self.extravars, envvars=self.envvars,
+                     private_data_dir=self.private_data_dir, on_host_event=relay,
+                     timeout=self.timeout, children_lock=self.children_lock,
+                     run_tag=self.run_tag, wave=wave, kind="site")
+        self._held[wave] = (held, relay)
+        return True
+
+    def drop_prestarted(self) -> None:
+        """End the held runs that were not used (the rollout stopped)."""
+        held, self._held = self._held, {}
+        for run, _relay in held.values():
+            run.drop()
+
+    def _take_held(self, kind: str, hosts: Sequence[str], wave: int) -> tuple[Any, _Relay] | None:
+        """The held run of this wave's site playbook if it is for exactly ``hosts``; else it
+        is dropped, and so is any held for an earlier wave (the wave then starts its run as
+        it always did)."""
+        if kind != "site":
+            return None
+        for w in [w for w in self._held if w < wave]:
+            self._held.pop(w)[0].drop()
+        entry = self._held.pop(wave, None)
+        if entry is None:
+            return None
+        if entry[0].matches(hosts):
+            return entry
+        entry[0].drop()
+        return None
 
     def provision(
         self, hosts: Sequence[str], *, wave: int, on_host_event: Callable[[str, str, str], None]

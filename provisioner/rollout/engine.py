@@ -222,12 +222,13 @@ class Engine(NodeSteps):
         summaries: list[WaveSummary] = []
         status, code, message = "succeeded", Exit.OK, ""
         try:
-            for wave in plan.waves:
+            for pos, wave in enumerate(plan.waves):
                 todo = [p for p in wave.nodes if not self.nodes[p.name].carried_over]
                 if not todo:
                     continue
                 if wave.index > 0 or resumed:
                     self._before_wave(wave, first_run_wave=not summaries)
+                self._prestart_next(plan.waves[pos + 1:])
                 summary = self._run_wave(wave, todo)
                 summaries.append(summary)
                 self.obs.wave_end(wave, summary)
@@ -253,6 +254,12 @@ class Engine(NodeSteps):
             # the ledger holds every finished step; the nodes in flight become 'interrupted'
             # (no failure, no budget spent); the run stays unfinished -> resumable
             return self._interrupted(exc, plan, summaries, resumed, started)
+        finally:
+            # a next wave's run started ahead that the rollout did not reach: it ends before
+            # its first play, having touched no host
+            drop = getattr(self.provisioner, "drop_prestarted", None)
+            if drop is not None:
+                drop()
         self._writer.flush()
         if status == "succeeded":
             good = (COMPLIANT,) if self.opts.verify else (COMPLIANT, SKIPPED)
@@ -311,6 +318,25 @@ class Engine(NodeSteps):
             resumed=resumed,
             duration_s=time.monotonic() - started,
         )
+
+    def _prestart_next(self, later: Sequence[Wave]) -> None:
+        """Start the next wave's playbook run now, held before its first play until that wave
+        begins (:mod:`provisioner.rollout.prestart`): its seconds of start-up overlap this
+        wave instead of following it. Only when the next wave's hosts are known now: every
+        node of it is provisioned as planned (no reconcile check, no node redone from a
+        resume, no drain hook that may skip one); otherwise that wave starts its run itself,
+        as does any wave whose hosts differ from the held run's when it begins."""
+        prestart = getattr(self.provisioner, "prestart", None)
+        if prestart is None or self.drain.drain_cmd:
+            return
+        for nxt in later:
+            todo = [p for p in nxt.nodes if not self.nodes[p.name].carried_over]
+            if not todo:
+                continue
+            if all(p.action is Action.PROVISION
+                   or (p.action is Action.VERIFY and self.opts.force) for p in todo):
+                prestart([p.name for p in todo], wave=nxt.index)
+            return
 
     # ------------------------------------------------------------------ gates
     def _before_wave(self, wave: Wave, *, first_run_wave: bool) -> None:

@@ -159,13 +159,16 @@ class Stop:
     ``reason`` says why the run was ended: ``canceled``, ``timeout`` or None."""
 
     def __init__(self, token: str, asked: Callable[[], bool], *, timeout: float | None = None,
-                 patience: float = 15.0) -> None:
+                 patience: float = 15.0, began: Callable[[], float] | None = None) -> None:
         self.token = token
         self.asked = asked
         self.timeout = timeout
         self.patience = patience
         self.reason: str | None = None
-        self._began = time.monotonic()
+        # when the timeout's clock started (time.monotonic()): now, or what ``began`` says
+        # (a held run's release: provisioner.rollout.prestart.Hold.clock)
+        created = time.monotonic()
+        self._began: Callable[[], float] = began if began is not None else (lambda: created)
         self._since = 0.0
 
     def __call__(self) -> bool:
@@ -173,7 +176,7 @@ class Stop:
         if self.reason is None:
             if self.asked():
                 self.reason = "canceled"
-            elif self.timeout and now - self._began > self.timeout:
+            elif self.timeout and now - self._began() > self.timeout:
                 self.reason = "timeout"
             else:
                 return False

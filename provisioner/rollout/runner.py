@@ -42,6 +42,7 @@ from provisioner.rollout.events import (
     _slim,
     event_line,
 )
+from provisioner.rollout.prestart import Hold
 
 # Environment variables ansible-playbook never needs that can hold a secret (a ledger URL with
 # its password): left out of its environment and of the runner's ``command`` artifact.
@@ -333,16 +334,20 @@ def redact(extravars: Mapping[str, Any]) -> dict[str, Any]:
     return dict(redact_mapping(dict(extravars)))
 
 
-def _write_extravars(pdd: Path, extravars: Mapping[str, Any]) -> Path | None:
-    """Extra vars go to ansible-playbook as ``-e @<pdd>/env/extravars`` (ansible-runner adds
-    that option when the file exists): a 0600 file in 0700 folders, never the command line
-    that ``ps`` shows. None (and no file) when there are none."""
+def _write_extravars(pdd: Path, extravars: Mapping[str, Any], ident: str) -> Path | None:
+    """Extra vars go to ansible-playbook as ``-e @<pdd>/env/extravars-<ident>``: a 0600 file
+    in 0700 folders, never the command line that ``ps`` shows, one per run (two runs of a
+    rollout can be alive at once: a wave's and the next one's, held; see
+    :mod:`provisioner.rollout.prestart`), removed when its run ends. None (and no file) when
+    there are none. ``env/extravars`` itself, which ansible-runner would add on its own, is
+    never written (one left by an older version's killed run is removed, never reused)."""
     from provisioner.fsutil import private_dir, write_private
 
-    path = private_dir(pdd / "env") / "extravars"
-    path.unlink(missing_ok=True)  # a file left by a killed run: never reused
+    env_dir = private_dir(pdd / "env")
+    (env_dir / "extravars").unlink(missing_ok=True)
     if not extravars:
         return None
+    path = env_dir / f"extravars-{ident}"
     write_private(path, json.dumps(dict(extravars)))
     return path
 
@@ -393,6 +398,7 @@ def run_playbook(
     cancel: Callable[[], bool] | None = None,
     children_lock: str | os.PathLike[str] | None = None,
     run_tag: str = "",
+    hold: Hold | None = None,
 ) -> PlaybookResult:
     """Run ``playbook`` against ``hosts`` of ``inventory``; per-host outcomes from events.
 
@@ -400,6 +406,11 @@ def run_playbook(
     holds ``children_lock`` while it lives); SIGINT/SIGTERM cancel it (the guard ends it and
     everything it started, :class:`guard.Stop`) and raise
     :class:`provisioner.interrupts.Interrupted` once it is gone.
+
+    ``hold``: a run started ahead of its wave, in a thread of its own
+    (:mod:`provisioner.rollout.prestart`): it waits before its first play until
+    ``hold.go()``; ``hold.drop()`` ends it there (its artifacts are then removed: it ran
+    nothing). Its timeout and duration count from the release.
     """
     import time
     import uuid
@@ -439,6 +450,8 @@ def run_playbook(
         if os.environ.get(key):
             env[key] = os.environ[key]
     env.update(envvars or {})
+    if hold is not None:
+        env.update(hold.env({**os.environ, **env}))
     token = guard.new_token(run_tag)
     env[guard.TOKEN_ENV] = token
     env[guard.PARENT_ENV] = str(os.getpid())
@@ -447,14 +460,14 @@ def run_playbook(
     extravars_file = None
     interrupts.check()
     try:
-        extravars_file = _write_extravars(pdd, extravars or {})
+        extravars_file = _write_extravars(pdd, extravars or {}, ident)
         kwargs: dict[str, Any] = {
             "private_data_dir": str(pdd),
             "playbook": str(playbook) if fqcn else str(Path(playbook).resolve()),
             "inventory": str(Path(inventory).resolve()),
             "limit": ",".join(hosts),
             "forks": max(1, int(forks)),
-            # no "extravars": they are in env/extravars, never on the command line
+            # no "extravars": they are in env/extravars-<ident>, never on the command line
             "envvars": env,
             "event_handler": collector.handle,
             "status_handler": _scrub_runner_env,
@@ -466,12 +479,12 @@ def run_playbook(
         # our cancel callback, always: without one ansible-runner installs SIGINT/SIGTERM
         # handlers of its own and never puts ours back. It also keeps the timeout: the guard,
         # not the runner's SIGKILL of its process group, ends a canceled or timed-out playbook
-        stop = guard.Stop(
-            token,
-            (lambda: interrupts.requested() or bool(cancel()))
-            if cancel is not None else interrupts.requested,
-            timeout=timeout,
-        )
+        def asked() -> bool:
+            return (interrupts.requested() or (cancel is not None and bool(cancel()))
+                    or (hold is not None and hold.dropped))
+
+        stop = guard.Stop(token, asked, timeout=timeout,
+                          began=hold.clock if hold is not None else None)
         kwargs["cancel_callback"] = stop
         # how often the runner looks at the cancel callback (its default: every 5 s); and no
         # stdout/stderr copies of the whole output (events.jsonl keeps what gdsfleet uses):
@@ -484,13 +497,16 @@ def run_playbook(
             settings_file.parent.mkdir(parents=True, exist_ok=True)
             settings_file.write_text("pexpect_timeout: 0.5\nsuppress_output_file: true\n",
                                      encoding="utf-8")
+        options = ([f"-e @{shlex.quote(str(extravars_file))}"]
+                   if extravars_file is not None else [])
         if wrapper is not None:
             kwargs["binary"] = str(wrapper)
-            kwargs["cmdline"] = " ".join(
-                [shlex.quote(kwargs["playbook"])]
-                + ([str(kwargs["cmdline"])] if kwargs.get("cmdline") else [])
-            )
-        with interrupts.deferred():
+            kwargs["cmdline"] = " ".join([shlex.quote(kwargs["playbook"]), *options])
+        elif options:
+            kwargs["cmdline"] = " ".join(options)
+        # a held run waits in a thread of its own: the signals stay the main thread's, which
+        # waits for it under interrupts.deferred() once released (Held.release)
+        with interrupts.deferred() if hold is None else contextlib.nullcontext():
             r = ansible_runner.run(**kwargs)
         rc, status = r.rc, str(r.status)
         if stop.reason is not None:  # as ansible-runner reports a run it ended
@@ -506,11 +522,16 @@ def run_playbook(
             extravars_file.unlink(missing_ok=True)
         if event_log is not None:
             event_log.close()
+        if hold is not None and hold.dropped:
+            # dropped before its first play: no run to keep (nothing ran)
+            shutil.rmtree(artifact_dir, ignore_errors=True)
         if pdd_tmp:
             shutil.rmtree(pdd_tmp, ignore_errors=True)
         else:
             _scrub_artifacts(pdd)
     interrupts.check()  # canceled by SIGINT/SIGTERM: the hosts' outcomes mean nothing
+    if hold is not None and hold.released_at is not None:
+        started = hold.released_at
     duration = time.monotonic() - started
     outcomes = collector.outcomes()
     error = None

@@ -10,6 +10,10 @@ of this script, three rows with wall time and user/sys CPU of the whole process 
 3. ``provisioner rollout --no-verify --waves 1,N/10,100%`` of the play without ``serial``
    (the rollout makes the waves itself), with ``--executor local``.
 
+Under the provisioner row, where its wall time went outside the plays (from each wave run's
+events.jsonl): its start until the first play, the gaps between a wave's closing stats and the
+next wave's first play, and the last stats until it exited.
+
     .venv/bin/python bench/bench_overhead.py --hosts 500 2000 --forks 50
     .venv/bin/python bench/bench_overhead.py --hosts 50 --forks 10 --json overhead.json
     .venv/bin/python bench/bench_overhead.py --hosts 500 --forks 50 --repeat 3
@@ -166,6 +170,7 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
     ledger = work / "ledger.db"
     (work / "known_hosts").write_text("")
     log = work / "rollout.log"
+    began = time.time()
     wall, user, sys_ = measure(
         [sys.executable, "-m", "provisioner", "rollout", "-i", str(inv), "--playbook",
          str(play), "--no-verify", "--waves", f"{first},{second},100%", "-f", str(forks),
@@ -180,7 +185,34 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
     if bad:
         raise BenchFailed(f"{ledger}: {len(bad)} of {len(hosts)} hosts lack a final ok step, "
                           f"e.g. {bad[0]}: {steps.get(bad[0])}")
-    return {"wall_s": wall, "user_s": user, "sys_s": sys_}
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_,
+            "timeline": timeline(work / "runner", began, began + wall)}
+
+
+def _at(line: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(str(line["at"])).timestamp()
+
+
+def timeline(runner_dir: Path, began: float, ended: float) -> dict[str, float]:
+    """Where the rollout's wall time went outside its plays, from each wave run's
+    events.jsonl: the start until the first play began (the rollout's own start, the ledger,
+    the canary's ansible-playbook start), the gaps between one wave's closing stats and the
+    next wave's first play (summed), and the last stats until the process ended."""
+    runs = []
+    for events in runner_dir.glob("artifacts/*/events.jsonl"):
+        lines = [json.loads(ln) for ln in events.read_text().splitlines() if ln.strip()]
+        play = [_at(ln) for ln in lines if ln.get("event") == "playbook_on_play_start"]
+        stats = [_at(ln) for ln in lines if ln.get("event") == "playbook_on_stats"]
+        if play and stats:
+            runs.append((play[0], stats[-1]))
+    if not runs:
+        raise BenchFailed(f"{runner_dir}: no wave run with a play and its stats")
+    runs.sort()
+    gaps = [nxt[0] - cur[1] for cur, nxt in zip(runs, runs[1:], strict=False)]
+    return {"waves": len(runs), "to_first_play_s": runs[0][0] - began,
+            "between_waves_s": sum(gaps), "after_last_s": ended - runs[-1][1]}
 
 
 def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) -> dict[str, Any]:
@@ -194,6 +226,9 @@ def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) ->
         row = {key: statistics.median(run[key] for run in runs)
                for key in ("wall_s", "user_s", "sys_s")}
         row["cpu_s_each"] = [round(run["user_s"] + run["sys_s"], 2) for run in runs]
+        if all("timeline" in run for run in runs):
+            row["timeline"] = {key: statistics.median(run["timeline"][key] for run in runs)
+                               for key in runs[0]["timeline"]}
         row["wall_s_each"] = [round(run["wall_s"], 2) for run in runs]
         rows[name] = row
     return {"hosts": n, "forks": forks, "batches": rounds[0]["batches"], "rounds": repeat,
@@ -239,6 +274,11 @@ def print_table(res: dict[str, Any]) -> None:
         cpu = r["user_s"] + r["sys_s"]
         print(f"{name:<12} {r['wall_s']:8.2f} {r['user_s']:8.2f} {r['sys_s']:8.2f} {cpu:8.2f} "
               f"{r['wall_s'] / raw['wall_s']:7.3f} {cpu / raw_cpu:7.3f}")
+    tl = res["rows"]["provisioner"].get("timeline")
+    if tl:
+        print(f"  provisioner outside its {tl['waves']:.0f} plays: {tl['to_first_play_s']:.2f} s "
+              f"to the first play, {tl['between_waves_s']:.2f} s between waves, "
+              f"{tl['after_last_s']:.2f} s after the last")
     if res.get("rounds", 1) > 1:
         for name in ROWS:
             r = res["rows"][name]

@@ -82,6 +82,8 @@ class AnsibleProvisioner:
         self.executor: Executor = executor if executor is not None else LocalExecutor()
         # the site playbook runs started ahead of their wave and held: wave -> (Held, relay)
         self._held: dict[int, tuple[Any, _Relay]] = {}
+        # a held run asked for, started once the current wave's run is at work: (wave, hosts)
+        self._pending: tuple[int, list[str]] | None = None
 
     def _log(self, fd: int | None, wave: int, kind: str, host: str, event: str,
              task: str) -> None:
@@ -111,7 +113,15 @@ class AnsibleProvisioner:
             for h in hosts:
                 self._log(fd, wave, kind, h, "start", "")
 
+            if kind == "site" and self._pending is not None and self._pending[0] <= wave:
+                self._pending = None  # asked for this wave or an earlier one: too late
+            pending = kind == "site" and self._pending is not None
+
             def on_event(host: str, event: str, task: str) -> None:
+                nonlocal pending
+                if pending:  # this run is loaded and at work: the next one may load now
+                    pending = False
+                    self._launch_pending()
                 self._log(fd, wave, kind, host, event, task)
                 if on_host_event is not None:
                     on_host_event(host, event, task)
@@ -119,6 +129,9 @@ class AnsibleProvisioner:
             held = self._take_held(kind, hosts, wave)
             if held is not None:
                 held[1].target = on_event
+                if pending:  # the held run has loaded already
+                    pending = False
+                    self._launch_pending()
                 res = held[0].release()
             else:
                 res = self.executor.run(
@@ -145,17 +158,30 @@ class AnsibleProvisioner:
         return res.hosts
 
     def prestart(self, hosts: Sequence[str], *, wave: int) -> bool:
-        """Start ``wave``'s site playbook run for ``hosts`` now, held before its first play
+        """Start ``wave``'s site playbook run for ``hosts`` ahead, held before its first play
         (:mod:`provisioner.rollout.prestart`), so that :meth:`provision` of the same hosts in
-        that wave only lets it go on; one held earlier for the same wave is dropped. False
-        (nothing started) when the executor cannot hold a run (the ssh executor) or there are
-        no hosts."""
+        that wave only lets it go on. It starts once the current wave's run is at work (its
+        first host event, or its release if it was held itself), so that its start does not
+        compete with the current one's (a wave that runs no site playbook leaves it to the
+        next one that does). False (nothing will start) when the executor cannot hold a run
+        (the ssh executor) or there are no hosts."""
+        if getattr(self.executor, "prestart", None) is None or not hosts:
+            self._pending = None
+            return False
+        self._pending = (wave, list(hosts))
+        return True
+
+    def _launch_pending(self) -> None:
+        """Start the held run :meth:`prestart` asked for; one held earlier for the same wave
+        is dropped."""
+        pending, self._pending = self._pending, None
         start = getattr(self.executor, "prestart", None)
+        if pending is None or start is None:
+            return
+        wave, hosts = pending
         old = self._held.pop(wave, None)
         if old is not None:
             old[0].drop()
-        if start is None or not hosts:
-            return False
         relay = _Relay()
         held = start(self.playbook, self.inventory, list(hosts), forks=self.forks,
                      extravars=self.extravars, envvars=self.envvars,
@@ -163,10 +189,10 @@ class AnsibleProvisioner:
                      timeout=self.timeout, children_lock=self.children_lock,
                      run_tag=self.run_tag, wave=wave, kind="site")
         self._held[wave] = (held, relay)
-        return True
 
     def drop_prestarted(self) -> None:
         """End the held runs that were not used (the rollout stopped)."""
+        self._pending = None
         held, self._held = self._held, {}
         for run, _relay in held.values():
             run.drop()

@@ -319,7 +319,8 @@ def _guard_wrapper(pdd: Path, children_lock: str | os.PathLike[str] | None) -> P
     path = pdd / f".gdsfleet-guard-{os.getpid()}-{threading.get_ident()}.sh"
     path.write_text(
         "#!/bin/sh\n"
-        f"exec {shlex.quote(sys.executable)} {shlex.quote(guard.__file__)} "
+        # -I -S: the guard is stdlib only; no site-packages to scan before the playbook starts
+        f"exec {shlex.quote(sys.executable)} -I -S {shlex.quote(guard.__file__)} "
         f"{shlex.quote(lock)} {shlex.quote(real)} \"$@\"\n",
         encoding="utf-8",
     )

@@ -202,6 +202,8 @@ class _FakeExecutor:
     def run(self, playbook: str, inventory: Any, hosts: Sequence[str], **kw: Any
             ) -> PlaybookResult:
         self.log.append(("run", kw["wave"], tuple(hosts)))
+        for h in hosts:
+            kw["on_host_event"](h, "runner_on_failed" if h in self.fail else "runner_on_ok", "t")
         return PlaybookResult(playbook, 0, "successful", {
             h: HostOutcome(h, HostStatus.FAILED if h in self.fail else HostStatus.CHANGED,
                            failed_task="t" if h in self.fail else None) for h in hosts})
@@ -222,25 +224,35 @@ def test_the_provisioner_lets_a_held_run_go_only_for_its_wave_and_hosts(tmp_path
     ex = _FakeExecutor()
     prov = _provisioner(tmp_path, ex)
     seen: list[str] = []
+    # asked for while no run is under way: it starts once the current wave's run is at work
     assert prov.prestart(["a", "b"], wave=1)
+    assert ex.log == []
+    prov.provision(["x"], wave=0, on_host_event=lambda h, k, t: None)
+    assert ex.log == [("run", 0, ("x",)), ("prestart", 1, ("a", "b"))]
     out = prov.provision(["b", "a"], wave=1, on_host_event=lambda h, k, t: seen.append(h))
     assert {h: o.status for h, o in out.items()} == {"a": HostStatus.CHANGED,
                                                      "b": HostStatus.CHANGED}
-    assert ex.log == [("prestart", 1, ("a", "b")), ("release", 1, ("a", "b"))]
+    assert ex.log[2:] == [("release", 1, ("a", "b"))]
     assert sorted(seen) == ["a", "b"]  # its host events reach the wave's callback
     # other hosts when the wave begins (a drain failed, reconcile found one compliant): the
     # held run is dropped and the wave starts its own run
     ex.log.clear()
     prov.prestart(["c", "d"], wave=2)
+    prov.reboot(["a"], wave=1)  # not a site playbook run: it does not start the held one
+    prov.provision(["y"], wave=1, on_host_event=lambda h, k, t: None)
     prov.provision(["c"], wave=2, on_host_event=lambda h, k, t: None)
-    assert ex.log == [("prestart", 2, ("c", "d")), ("drop", 2, ("c", "d")), ("run", 2, ("c",))]
-    # a held run for a later wave stays held through an earlier wave; one left over is
-    # dropped when the rollout ends
+    assert ex.log == [("run", 1, ("a",)), ("run", 1, ("y",)), ("prestart", 2, ("c", "d")),
+                      ("drop", 2, ("c", "d")), ("run", 2, ("c",))]
+    # one asked for too late (its wave is running) is forgotten; one left over is dropped
+    # when the rollout ends
     ex.log.clear()
-    prov.prestart(["e"], wave=4)
-    prov.provision(["d"], wave=3, on_host_event=lambda h, k, t: None)
+    prov.prestart(["e"], wave=3)
+    prov.provision(["e"], wave=3, on_host_event=lambda h, k, t: None)
+    prov.prestart(["f"], wave=5)
+    prov.provision(["g"], wave=4, on_host_event=lambda h, k, t: None)
     prov.drop_prestarted()
-    assert ex.log == [("prestart", 4, ("e",)), ("run", 3, ("d",)), ("drop", 4, ("e",))]
+    assert ex.log == [("run", 3, ("e",)), ("run", 4, ("g",)), ("prestart", 5, ("f",)),
+                      ("drop", 5, ("f",))]
 
 
 def _engine(tmp: Path, ex: _FakeExecutor, **opts: Any) -> Engine:
@@ -257,8 +269,9 @@ def test_the_engine_starts_each_next_wave_ahead_and_lets_it_go_when_it_begins(
     ex = _FakeExecutor()
     res = _engine(tmp_path, ex).run()
     assert res.status == "succeeded", res.message
+    # wave 1's run starts once the canary's is at work, wave 2's once wave 1's is let go
     assert ex.log == [
-        ("prestart", 1, ("n1", "n2")), ("run", 0, ("n0",)),
+        ("run", 0, ("n0",)), ("prestart", 1, ("n1", "n2")),
         ("prestart", 2, ("n3", "n4", "n5")), ("release", 1, ("n1", "n2")),
         ("release", 2, ("n3", "n4", "n5")),
     ]
@@ -268,7 +281,7 @@ def test_a_failed_canary_drops_the_held_wave_untouched(tmp_path: Path) -> None:
     ex = _FakeExecutor(fail=["n0"])
     res = _engine(tmp_path, ex).run()
     assert res.status == "aborted"
-    assert ex.log == [("prestart", 1, ("n1", "n2")), ("run", 0, ("n0",)),
+    assert ex.log == [("run", 0, ("n0",)), ("prestart", 1, ("n1", "n2")),
                       ("drop", 1, ("n1", "n2"))]
 
 

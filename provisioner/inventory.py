@@ -462,26 +462,44 @@ def selection_problems(
     """
     problems: list[str] = host_key_problems(inventory)
     seen: dict[tuple[str, int], str] = {}
+    same = 0
     for n in inventory.nodes:
         if n.connection == "local":  # no address: the controller itself
             continue
         key = (n.address.lower(), n.port)
         if key in seen:
-            problems.append(
-                f"hosts {seen[key]!r} and {n.name!r} have the same address and port "
-                f"({n.address}:{n.port}); give each machine one inventory name"
-            )
+            same += 1
+            if same <= _SHOWN_NAMES:
+                problems.append(
+                    f"hosts {seen[key]!r} and {n.name!r} have the same address and port "
+                    f"({n.address}:{n.port}); give each machine one inventory name"
+                )
         else:
             seen[key] = n.name
+    if same > _SHOWN_NAMES:
+        problems.append(f"and {same - _SHOWN_NAMES:,} more host(s) with the address and port of "
+                        f"another; give each machine one inventory name")
     if target_pattern:
         targeted = _targeted(inventory, target_pattern)
         outside = [n.name for n in inventory.nodes if n.name not in targeted]
         if outside:
             problems.append(
-                f"{', '.join(outside)} not in {target_pattern!r}, the hosts the site playbook "
+                f"{_some(outside)} not in {target_pattern!r}, the hosts the site playbook "
                 f"targets (gds_target): add them to the group, or leave them out with --limit"
             )
     return problems
+
+
+_SHOWN_NAMES = 10  # an error names at most this many hosts, then how many more
+
+
+def _some(names: list[str]) -> str:
+    """``a, b, c`` or, past :data:`_SHOWN_NAMES`, the first ones and ``and N more``: an error
+    about a 2,000-host inventory stays a line an operator can read."""
+    if len(names) <= _SHOWN_NAMES:
+        return ", ".join(names)
+    return (f"{', '.join(names[:_SHOWN_NAMES])} and {len(names) - _SHOWN_NAMES:,} more "
+            f"({len(names):,} hosts)")
 
 
 def _targeted(inventory: Inventory, pattern: str) -> set[str]:

@@ -104,3 +104,21 @@ def test_small_plan_still_lists_every_node(tmp_path: Path,
     assert main(["plan", "-i", str(path), "--ledger", str(tmp_path / "l.sqlite")]) == Exit.OK
     out = capsys.readouterr().out
     assert all(f"gpu-00{i}" in out for i in range(4)) and "--all-nodes" not in out
+
+
+def test_a_refusal_about_thousands_of_hosts_names_ten_and_counts_the_rest(
+        tmp_path: Path) -> None:
+    """2,000 hosts outside the site playbook's group, and 2,000 sharing one address: the
+    refusal stays a few readable lines (it named every host, a 30 KB line, before)."""
+    stray = {"other": {"hosts": {f"login-{i:04d}": {"ansible_host": "10.9.9.9"}
+                                 for i in range(2000)}}}
+    inv = load_inventory(_inventory(tmp_path, 3, stray), None)
+    problems = selection_problems(inv)
+    outside = [p for p in problems if "not in 'gpu_nodes'" in p]
+    assert len(outside) == 1 and len(outside[0]) < 400, outside
+    assert outside[0].startswith("login-0000, login-0001, ")
+    assert "login-0009 and 1,990 more (2,000 hosts) not in 'gpu_nodes'" in outside[0]
+    same = [p for p in problems if "same address and port" in p
+            or "with the address and port of another" in p]
+    assert len(same) == 11 and same[-1].startswith("and 1,989 more host(s)")
+    assert sum(len(p) for p in problems) < 3000

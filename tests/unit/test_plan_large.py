@@ -122,3 +122,37 @@ def test_a_refusal_about_thousands_of_hosts_names_ten_and_counts_the_rest(
             or "with the address and port of another" in p]
     assert len(same) == 11 and same[-1].startswith("and 1,989 more host(s)")
     assert sum(len(p) for p in problems) < 3000
+
+
+def test_vars_are_ansible_cores_own_with_empty_facts_left_uncleaned(tmp_path: Path) -> None:
+    """load_inventory skips ansible-core's cleaning of EMPTY cached facts (half its time at
+    2,000 hosts): every host's variables, from the inventory, group_vars/ and host_vars/,
+    stay what VariableManager.get_vars gives without the skip; facts that exist are still
+    cleaned by ansible-core."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars import manager as ansible_vars
+    from ansible.vars.clean import clean_facts
+    from ansible.vars.manager import VariableManager
+
+    from provisioner.inventory import facts_cleaned_only_when_present
+
+    path = _inventory(tmp_path, 4)
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu_nodes.yml").write_text("gds_route: nvfs\nnvme_devices: [a]\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "gpu-002.yml").write_text("ansible_port: 2222\ngds_mount: /x\n")
+    inv = load_inventory(path, None)
+    assert inv.manager is not None
+    plain = VariableManager(loader=DataLoader(), inventory=inv.manager)
+    for node in inv.nodes:
+        expect = plain.get_vars(host=inv.manager.get_host(node.name), include_hostvars=False)
+        for key, value in node.vars.items():
+            assert expect[key] == value, (node.name, key)
+    g2 = next(n for n in inv.nodes if n.name == "gpu-002")
+    assert g2.port == 2222 and g2.vars["gds_mount"] == "/x" and g2.vars["gds_route"] == "nvfs"
+    facts = {"ansible_host": "10.6.6.6", "ansible_ssh_pass": "x", "distribution": "Ubuntu"}
+    with facts_cleaned_only_when_present():
+        assert ansible_vars.clean_facts({}) == {}
+        assert ansible_vars.clean_facts(facts) == clean_facts(facts)
+        assert "ansible_host" not in ansible_vars.clean_facts(facts)  # still cleaned
+    assert ansible_vars.clean_facts is clean_facts  # put back

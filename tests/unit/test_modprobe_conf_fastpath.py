@@ -29,12 +29,15 @@ conf = _load()
 
 
 def ref_logical_lines(text: str) -> list[tuple[str, str]]:
-    out, buf, raw_start, i, n = [], [], 0, 0, len(text)
+    out: list[tuple[str, str]] = []
+    buf: list[str] = []
+    raw_start, i, n = 0, 0, len(text)
     while i < n:
         ch = text[i]
         if ch == "\n":
             out.append((text[raw_start:i], "".join(buf)))
-            buf, raw_start = [], i + 1
+            buf = []
+            raw_start = i + 1
         elif ch == "\\":
             if i + 1 < n:
                 if text[i + 1] != "\n":

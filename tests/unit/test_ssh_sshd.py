@@ -274,3 +274,32 @@ def test_output_after_the_exit_status_is_not_lost(lab: dict) -> None:
     assert res.stdout == "early\nlate\n"
     assert res.stderr == "late-err\n"
     assert res.exit_status == 4
+
+
+def test_aes_gcm_is_negotiated_and_a_server_without_it_still_connects(lab: dict) -> None:
+    """issue 31: the transport asks for AES-GCM first (no separate HMAC per packet); an sshd
+    whose Ciphers line has no GCM is served aes-ctr as before, with its host key checked."""
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        assert r.run("echo ok", timeout=10).stdout == "ok\n"
+        t = r._client.get_transport() if r._client else None
+        assert t is not None and (t.local_cipher, t.remote_cipher) == (
+            "aes128-gcm@openssh.com", "aes128-gcm@openssh.com")
+    sshd = Sshd(root, root / "host_key", extra_config="Ciphers aes256-ctr,aes128-ctr\n")
+    sshd.start()
+    try:
+        known2 = root / "known_hosts_ctr"
+        host_pub = (root / "host_key.pub").read_text().split()
+        known2.write_text(f"[127.0.0.1]:{sshd.port} {host_pub[0]} {host_pub[1]}\n")
+        with SSHRunner(_node(sshd.port, root, known2), _settings(root)) as r:
+            assert r.run("echo ok", timeout=10).stdout == "ok\n"
+            t = r._client.get_transport() if r._client else None
+            assert t is not None and t.local_cipher == "aes128-ctr"
+        # and the host key is still checked on that path: another key is refused
+        other = (root / "host_key2.pub").read_text().split()
+        known2.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
+        with pytest.raises(HostKeyError), SSHRunner(_node(sshd.port, root, known2),
+                                                    _settings(root, retries=0)) as r:
+            r.run("echo never", timeout=10)
+    finally:
+        sshd.stop()

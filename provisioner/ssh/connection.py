@@ -52,8 +52,10 @@ TRANSPORT_CHECK_S = 1.0
 # (connect, the gather's script and output, the I/O test's script; serial, lab nodes): 12.5 ->
 # 11.9 ms of coordinator CPU per node (docs/performance.md).
 _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
-PREFERRED_CIPHERS = (tuple(c for c in _GCM if c in paramiko.Transport._preferred_ciphers)
-                     + tuple(c for c in paramiko.Transport._preferred_ciphers if c not in _GCM))
+_PARAMIKO_CIPHERS: tuple[str, ...] = tuple(
+    paramiko.Transport._preferred_ciphers)  # type: ignore[attr-defined]
+PREFERRED_CIPHERS = (tuple(c for c in _GCM if c in _PARAMIKO_CIPHERS)
+                     + tuple(c for c in _PARAMIKO_CIPHERS if c not in _GCM))
 
 
 class _Transport(paramiko.Transport):

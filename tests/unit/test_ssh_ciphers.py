@@ -11,6 +11,8 @@ import yaml
 
 from provisioner.ssh import connection
 
+PARAMIKO: tuple[str, ...] = paramiko.Transport._preferred_ciphers  # type: ignore[attr-defined]
+OURS: tuple[str, ...] = connection._Transport._preferred_ciphers  # type: ignore[attr-defined]
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ssh" / "openssh_default_ciphers.yml"
 
 
@@ -20,10 +22,10 @@ def negotiate(client: tuple[str, ...], server: list[str]) -> str | None:
 
 
 def test_same_ciphers_as_paramiko_only_reordered() -> None:
-    ours = connection._Transport._preferred_ciphers
-    assert sorted(ours) == sorted(paramiko.Transport._preferred_ciphers)
+    ours = OURS
+    assert sorted(ours) == sorted(PARAMIKO)
     assert ours[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
-    rest = [c for c in paramiko.Transport._preferred_ciphers if "gcm" not in c]
+    rest = [c for c in PARAMIKO if "gcm" not in c]
     assert list(ours[2:]) == rest  # paramiko's order for everything else
 
 
@@ -31,11 +33,11 @@ def test_openssh_default_server_list_negotiates_gcm() -> None:
     doc = yaml.safe_load(FIXTURE.read_text())
     assert doc["source"]["repo"] == "openssh/openssh-portable"
     server = doc["server_ciphers"]
-    assert negotiate(connection._Transport._preferred_ciphers, server) == "aes128-gcm@openssh.com"
+    assert negotiate(OURS, server) == "aes128-gcm@openssh.com"
     # what paramiko's own order picked from the same list
-    assert negotiate(paramiko.Transport._preferred_ciphers, server) == "aes128-ctr"
+    assert negotiate(PARAMIKO, server) == "aes128-ctr"
 
 
 def test_server_without_gcm_gets_aes_ctr() -> None:
     server = ["chacha20-poly1305@openssh.com", "aes256-ctr", "aes128-ctr"]
-    assert negotiate(connection._Transport._preferred_ciphers, server) == "aes128-ctr"
+    assert negotiate(OURS, server) == "aes128-ctr"

@@ -283,7 +283,7 @@ def test_aes_gcm_is_negotiated_and_a_server_without_it_still_connects(lab: dict)
     with SSHRunner(_node(port, root, known), _settings(root)) as r:
         assert r.run("echo ok", timeout=10).stdout == "ok\n"
         t = r._client.get_transport() if r._client else None
-        assert t is not None and (t.local_cipher, t.remote_cipher) == (
+        assert t is not None and (t.local_cipher, t.remote_cipher) == (  # type: ignore[attr-defined]
             "aes128-gcm@openssh.com", "aes128-gcm@openssh.com")
     sshd = Sshd(root, root / "host_key", extra_config="Ciphers aes256-ctr,aes128-ctr\n")
     sshd.start()

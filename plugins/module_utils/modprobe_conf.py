@@ -107,6 +107,13 @@ def logical_lines(text):
     """kmod's reading of a configuration file: a backslash at the end of a line joins the next
     line (both removed); before any other character the backslash is dropped and the character
     kept. Returns [(raw physical text without the final newline, joined text), ...]."""
+    if "\\" not in text:
+        # no backslash: every physical line is its own logical line (what the loop below
+        # gives, without a Python step per character: verify reads every modprobe.d file)
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()  # the text ended with a newline (or was empty)
+        return [(line, line) for line in lines]
     out = []
     raw_start = 0
     buf = []
@@ -171,6 +178,8 @@ def unquote(value):
 
 def tokenize(text):
     """Split on blanks outside double quotes (kmod keeps ``a="x y"`` as one parameter)."""
+    if '"' not in text:
+        return text.split()  # no quotes: the same split (str.split's blanks are isspace's)
     out = []
     cur = []
     quoted = False
@@ -191,7 +200,10 @@ def tokenize(text):
 
 def parse_options_line(line):
     """``options <module> p=v ...`` -> (module as written, [param tokens]); None otherwise."""
-    tokens = tokenize(line.strip())
+    line = line.strip()
+    if not line.startswith("options"):
+        return None  # a first token of "options" starts the stripped line (no quote in it)
+    tokens = tokenize(line)
     if len(tokens) < 2 or tokens[0] != "options":
         return None
     return tokens[1], tokens[2:]

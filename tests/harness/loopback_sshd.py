@@ -47,8 +47,10 @@ def keygen(path: Path) -> None:
 class Sshd:
     """One sshd on 127.0.0.1 at a free port, keys and config under ``root``."""
 
-    def __init__(self, root: Path, host_key: Path, max_startups: int = 100) -> None:
+    def __init__(self, root: Path, host_key: Path, max_startups: int = 100,
+                 extra_config: str = "") -> None:
         self.root = root
+        self.extra_config = extra_config  # more sshd_config lines (a Ciphers list ...)
         self.port = free_port()
         self.host_key = host_key
         self.max_startups = max_startups
@@ -62,7 +64,7 @@ class Sshd:
             f"AuthorizedKeysFile {self.root}/authorized_keys\nStrictModes no\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
-            f"MaxStartups {self.max_startups}\nLogLevel ERROR\n"
+            f"MaxStartups {self.max_startups}\nLogLevel ERROR\n{self.extra_config}"
         )
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stderr=subprocess.DEVNULL)

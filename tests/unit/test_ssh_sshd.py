@@ -274,3 +274,63 @@ def test_output_after_the_exit_status_is_not_lost(lab: dict) -> None:
     assert res.stdout == "early\nlate\n"
     assert res.stderr == "late-err\n"
     assert res.exit_status == 4
+
+
+def test_aes_gcm_is_negotiated_and_a_server_without_it_still_connects(lab: dict) -> None:
+    """issue 31: the transport asks for AES-GCM first (no separate HMAC per packet); an sshd
+    whose Ciphers line has no GCM is served aes-ctr as before, with its host key checked."""
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        assert r.run("echo ok", timeout=10).stdout == "ok\n"
+        t = r._client.get_transport() if r._client else None
+        assert t is not None and (t.local_cipher, t.remote_cipher) == (  # type: ignore[attr-defined]
+            "aes128-gcm@openssh.com", "aes128-gcm@openssh.com")
+    sshd = Sshd(root, root / "host_key", extra_config="Ciphers aes256-ctr,aes128-ctr\n")
+    sshd.start()
+    try:
+        known2 = root / "known_hosts_ctr"
+        host_pub = (root / "host_key.pub").read_text().split()
+        known2.write_text(f"[127.0.0.1]:{sshd.port} {host_pub[0]} {host_pub[1]}\n")
+        with SSHRunner(_node(sshd.port, root, known2), _settings(root)) as r:
+            assert r.run("echo ok", timeout=10).stdout == "ok\n"
+            t = r._client.get_transport() if r._client else None
+            assert t is not None and t.local_cipher == "aes128-ctr"
+        # and the host key is still checked on that path: another key is refused
+        other = (root / "host_key2.pub").read_text().split()
+        known2.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
+        with pytest.raises(HostKeyError), SSHRunner(_node(sshd.port, root, known2),
+                                                    _settings(root, retries=0)) as r:
+            r.run("echo never", timeout=10)
+    finally:
+        sshd.stop()
+
+
+def test_private_key_parsed_once_per_run_and_again_when_the_file_changes(
+        lab: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 31: the inventory's key file is parsed once for many connections (paramiko parsed
+    it, trying three key types, at every connect); a key file rewritten during the run is read
+    again - a stale key is never used: the replaced, unauthorized key fails to log in."""
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    key = tmp_path / "id_test"
+    key.write_bytes((root / "client_key").read_bytes())
+    key.chmod(0o600)
+    parsed: list[str] = []
+    real = paramiko.Ed25519Key.from_private_key_file.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type, filename: str, password: str | None = None) -> paramiko.PKey:
+        parsed.append(filename)
+        return real(cls, filename, password)
+
+    monkeypatch.setattr(paramiko.Ed25519Key, "from_private_key_file", classmethod(counting))
+    node = Node(name="n1", address="127.0.0.1", port=port, user="root", key_file=str(key),
+                ssh_options=(("UserKnownHostsFile", str(known)),))
+    for _ in range(3):
+        with SSHRunner(node, _settings(root)) as r:
+            assert r.run("echo ok", timeout=10).stdout == "ok\n"
+    assert parsed == [str(key)]
+    # the file replaced by another (not authorized) key: read again, and refused
+    key.write_bytes((root / "other_key").read_bytes())
+    with pytest.raises(ConnectError) as ei, SSHRunner(node, _settings(root, retries=0)) as r:
+        r.run("true", timeout=10)
+    assert "authentication as 'root' failed" in str(ei.value)
+    assert parsed == [str(key), str(key)]

@@ -3,11 +3,18 @@
 One module, fleets reused where the issue allows (the lab_fleet factory keeps one fleet per
 module and replaces it when asked for another shape), in this order:
 
-* 8 nodes: plan, a clean rollout to full compliance (canary + ramp), a reconcile re-run that
-  only verifies, lab.sh's follow-up commands and the README's ledger commands run as printed
-  (one ledger named by all, the same answers), kill -9 of the orchestrator in the middle of a
-  wave then the same command (finished nodes are not re-provisioned: shown from the ledger and
-  the playbook events), an unreachable node, and bad input refused before anything runs.
+* 5 nodes (waves 1, 3, rest = 1): plan, a clean rollout to full compliance (canary + ramp), a
+  reconcile re-run that only verifies, lab.sh's follow-up commands and the README's ledger
+  commands run as printed (one ledger named by all, the same answers), kill -9 of the
+  orchestrator in the middle of a wave then the same command (finished nodes are not
+  re-provisioned: shown from the ledger and the playbook events), an unreachable node, and
+  bad input refused before anything runs. Five is the fewest that keeps what these tests
+  prove: the canary alone, a wave of several nodes provisioned by one playbook run at once
+  (3), then a last wave for the rest (``100%``) after a health gate over the 4 nodes rolled
+  before it, and a kill -9 that catches two nodes mid-wave after a finished canary. The 8
+  nodes it had until 2026-11-27 added three host-plays of site.yml (each with a reboot and
+  an I/O test), three nodes to every later verification and testinfra run, and no
+  assertion (the suite is CPU-bound on 2 cores: docs/testing.md, "Speed").
 * 2 nodes: a canary that fails (nothing else touched), and two rollouts at once.
 * 4 nodes: a wave over its failure budget because two nodes' package install fails
   (SIM_DKMS_BUILD=fail: the nvidia-fs DKMS build fails in the package's postinst): stops, the
@@ -38,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 IO = "16M"
 HEALTHY = {"gds_route": "p2pdma"}
+BIG = 5  # the shared fleet: waves 1,3,100% give the canary, a wave of 3 and the last node
 
 pytestmark = pytest.mark.fleet
 
@@ -129,11 +137,12 @@ def _wait(pred: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-# ============================================================================ 8 nodes
+# ============================================================================ 5 nodes
 @pytest.fixture(scope="module")
 def big(lab_fleet: Any, collections: Path, repo_vars: dict[str, str],
         tmp_path_factory: pytest.TempPathFactory) -> Any:
-    fleet = lab_fleet(8, dict.fromkeys(range(1, 9), "p2pdma"), group_vars=HEALTHY | repo_vars)
+    fleet = lab_fleet(BIG, dict.fromkeys(range(1, BIG + 1), "p2pdma"),
+                      group_vars=HEALTHY | repo_vars)
     ctl = Ctl(fleet.inventory, tmp_path_factory.mktemp("big"), collections)
     # where lab.sh keeps it, relative to a checkout-shaped folder (the follow-ups test)
     ctl.ledger = ctl.tmp / ".lab" / "ledger.sqlite"
@@ -147,7 +156,7 @@ def test_plan_prints_waves_and_changes_nothing(big: Ctl) -> None:
     proc = big.run("plan", "--waves", "1,3,100%", "--json", "-")
     assert proc.returncode == 0, _explain(proc)
     doc = json.loads(proc.stdout)
-    assert [len(w["nodes"]) for w in doc["waves"]] == [1, 3, 4]
+    assert [len(w["nodes"]) for w in doc["waves"]] == [1, 3, BIG - 4]
     assert {n["action"] for w in doc["waves"] for n in w["nodes"]} == {"provision"}
     assert not big.ledger.exists()
 
@@ -164,7 +173,7 @@ def test_clean_rollout_to_full_compliance(big: Ctl) -> None:
     assert proc.returncode == Exit.OK, _explain(proc)
     doc = json.loads(report.read_text())
     assert doc["status"] == "succeeded"
-    assert [w["size"] for w in doc["waves"]] == [1, 3, 4]
+    assert [w["size"] for w in doc["waves"]] == [1, 3, BIG - 4]
     assert all(w["passed"] for w in doc["waves"])
     assert {n["step"] for n in doc["nodes"]} == {"compliant"}
     names = set(big.fleet.names)  # type: ignore[attr-defined]
@@ -179,7 +188,7 @@ def test_clean_rollout_to_full_compliance(big: Ctl) -> None:
     by_wave: dict[int, set[str]] = {}
     for e in outcomes:
         by_wave.setdefault(e["wave"], set()).add(e["host"])
-    assert [len(by_wave[w]) for w in sorted(by_wave)] == [1, 3, 4]
+    assert [len(by_wave[w]) for w in sorted(by_wave)] == [1, 3, BIG - 4]
     canary = doc["plan"]["waves"][0]["nodes"][0]["name"]
     assert by_wave[0] == {canary}
     # health gates ran before waves 1 and 2 (cheap re-verification of the rolled nodes)
@@ -310,15 +319,18 @@ def test_lab_followups_and_readme_commands_agree_on_one_ledger(big: Ctl) -> None
     assert env_lines[0].startswith(f"# gdsfleet: {first}: direct path proven at ")
     assert env_lines[0].endswith(f"; {shown}")
     # and they agree: the reconcile only verified, every node compliant and simulated
-    assert "8 node(s): 8 compliant" in out["verify"].stdout
+    n = len(names)
+    assert n == BIG
+    assert f"{n} node(s): {n} compliant" in out["verify"].stdout
     status = out["status"].stdout.splitlines()
-    assert status[1].startswith("SIMULATED: 8 of 8 node(s)")
+    assert status[1].startswith(f"SIMULATED: {n} of {n} node(s)")
     rows = [ln for ln in status if ln.split()[:1] and ln.split()[0] in names]
-    assert len(rows) == 8 and all(" COMPLIANT " in r and "SIMULATED" in r for r in rows)
+    assert len(rows) == n and all(" COMPLIANT " in r and "SIMULATED" in r for r in rows)
     history = out["history"].stdout.splitlines()  # ledger, title, header, newest record
     assert "RESULT" in history[2] and " COMPLIANT " in history[3], history
     page = (work / ".lab" / "fleet.html").read_text()
-    assert "SIMULATED: 8 of 8 node(s)" in page and 'id="count-compliant"><b>8</b>' in page
+    assert f"SIMULATED: {n} of {n} node(s)" in page
+    assert f'id="count-compliant"><b>{n}</b>' in page
     assert "export KVIKIO_COMPAT_MODE=OFF" in out["export"].stdout
 
     # the README's commands on real nodes, with the lab's inventory for the example's

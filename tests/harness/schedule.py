@@ -6,7 +6,7 @@ module-scoped fleet or node is made once), with two differences:
 
 * A file whose tests use different costly module-scoped fixtures of their own (a fixture of the
   test module whose closure brings up containers: ``lab_fleet``, ``module_sim_node``, or a
-  ``sim_node``) is cut where the tests share none: tests/fleet/test_rollout.py's 8-node fleet
+  ``sim_node``) is cut where the tests share none: tests/fleet/test_rollout.py's 5-node fleet
   and its smaller fleets run on two workers. Tests that share such a fixture, directly or
   through another one, stay together. Tests with another module- or class-scoped fixture of
   their file (or ``lab_fleet``/``module_sim_node`` used directly, or in a class) stay with the

@@ -66,38 +66,30 @@ class _ThreadProfiles:
         self._lock = threading.Lock()
         self._orig_run = threading.Thread.run
 
-    def install(self) -> None:
-        owner = self
-        orig = self._orig_run
+    def _profiled(self, orig: Any, label: Any) -> Any:
+        """``orig`` (a thread's run) under a cProfile of its own, named ``label(thread)``."""
 
-        def run(thread: threading.Thread) -> None:
+        def run(thread: Any) -> None:
             prof = cProfile.Profile(time.thread_time)
-            with owner._lock:
-                owner.profiles.append((thread.name + ":" + type(thread).__name__, prof))
+            with self._lock:
+                self.profiles.append((label(thread), prof))
             prof.enable()
             try:
                 orig(thread)
             finally:
                 prof.disable()
 
-        threading.Thread.run = run  # type: ignore[method-assign,assignment]
+        return run
+
+    def install(self) -> None:
+        threading.Thread.run = self._profiled(  # type: ignore[method-assign]
+            self._orig_run, lambda t: t.name + ":" + type(t).__name__)
         # paramiko's Transport (a Thread) has its own run: the reader thread
         import paramiko
 
         self._orig_transport_run = paramiko.Transport.run
-        orig_t = self._orig_transport_run
-
-        def transport_run(thread: Any) -> None:
-            prof = cProfile.Profile(time.thread_time)
-            with owner._lock:
-                owner.profiles.append(("Transport", prof))
-            prof.enable()
-            try:
-                orig_t(thread)
-            finally:
-                prof.disable()
-
-        paramiko.Transport.run = transport_run  # type: ignore[method-assign,assignment]
+        paramiko.Transport.run = self._profiled(  # type: ignore[method-assign]
+            self._orig_transport_run, lambda t: "Transport")
 
     def uninstall(self) -> None:
         import paramiko

@@ -189,6 +189,20 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
             "timeline": timeline(work / "runner", began, began + wall)}
 
 
+def main_cpu(path: Path, runs: int) -> dict[str, float]:
+    """User and system CPU of the ansible-playbook main processes of a row (summed over its
+    runs), as bench/callbacks/gdsfleet_bench_rusage.py wrote them at each run's stats."""
+    try:
+        lines = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    if len(lines) != runs:
+        raise BenchFailed(f"{path}: {len(lines)} main-process CPU records, expected {runs} "
+                          f"(one per ansible-playbook run)")
+    return {"main_user_s": sum(ln["user_s"] for ln in lines),
+            "main_sys_s": sum(ln["sys_s"] for ln in lines)}
+
+
 def _at(line: dict[str, Any]) -> float:
     from datetime import datetime
 
@@ -224,7 +238,7 @@ def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) ->
     for name in ROWS:
         runs = [r["rows"][name] for r in rounds]
         row = {key: statistics.median(run[key] for run in runs)
-               for key in ("wall_s", "user_s", "sys_s")}
+               for key in ("wall_s", "user_s", "sys_s", "main_user_s", "main_sys_s")}
         row["cpu_s_each"] = [round(run["user_s"] + run["sys_s"], 2) for run in runs]
         if all("timeline" in run for run in runs):
             row["timeline"] = {key: statistics.median(run["timeline"][key] for run in runs)
@@ -257,7 +271,10 @@ def one_round(root: Path, n: int, forks: int, timeout: float, turn: int) -> dict
         d = work / name
         d.mkdir()
         print(f"n={n}: {name} ...", file=sys.stderr, flush=True)
-        rows[name] = fn(d, inv, play, forks, env, hosts, timeout)
+        row_env = {**env, "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callbacks"),
+                   "GDSFLEET_BENCH_RUSAGE": str(d / "rusage.jsonl")}
+        rows[name] = fn(d, inv, play, forks, row_env, hosts, timeout)
+        rows[name].update(main_cpu(d / "rusage.jsonl", 3 if name == "provisioner" else 1))
     return {"hosts": n, "forks": forks, "batches": [first, second, n - first - second],
             "rows": rows}
 
@@ -268,12 +285,15 @@ def print_table(res: dict[str, Any]) -> None:
     print(f"\n{res['hosts']} hosts, forks {res['forks']}, batches {res['batches']}"
           + (f", medians of {res['rounds']} rounds" if res.get("rounds", 1) > 1 else ""))
     print(f"{'run':<12} {'wall s':>8} {'user s':>8} {'sys s':>8} {'cpu s':>8} "
-          f"{'wall x':>7} {'cpu x':>7}")
+          f"{'wall x':>7} {'cpu x':>7} {'main cpu s':>10} {'main x':>7}")
+    raw_main = raw["main_user_s"] + raw["main_sys_s"]
     for name in ROWS:
         r = res["rows"][name]
         cpu = r["user_s"] + r["sys_s"]
+        main = r["main_user_s"] + r["main_sys_s"]
         print(f"{name:<12} {r['wall_s']:8.2f} {r['user_s']:8.2f} {r['sys_s']:8.2f} {cpu:8.2f} "
-              f"{r['wall_s'] / raw['wall_s']:7.3f} {cpu / raw_cpu:7.3f}")
+              f"{r['wall_s'] / raw['wall_s']:7.3f} {cpu / raw_cpu:7.3f} {main:10.2f} "
+              f"{main / raw_main:7.3f}")
     tl = res["rows"]["provisioner"].get("timeline")
     if tl:
         print(f"  provisioner outside its {tl['waves']:.0f} plays: {tl['to_first_play_s']:.2f} s "

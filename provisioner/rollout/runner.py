@@ -16,6 +16,11 @@ the fields gdsfleet uses, see :func:`~provisioner.rollout.events.event_line`) an
 Nothing else per event: the event handler returns False, which tells ansible-runner not to
 write its ``job_events/<n>-<uuid>.json`` (one file per event, 6 per host for a 3-task play),
 and its ``stdout``/``stderr`` copies are off (``suppress_output_file``).
+
+Inside ``ansible-playbook`` the events come from gdsfleet's own stdout callback
+(:mod:`provisioner.rollout.stream`), not ansible-runner's ``awx_display``: the same events
+with the fields gdsfleet reads, one inline record each, no partial file per event, no
+human-readable output (tests/unit/test_rollout_stream.py runs one playbook through both).
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ from provisioner.rollout.prestart import Hold
 # Environment variables ansible-playbook never needs that can hold a secret (a ledger URL with
 # its password): left out of its environment and of the runner's ``command`` artifact.
 _DROPPED_ENV = ("GDSFLEET_LEDGER",)
+
+# each run's events come through gdsfleet's own stdout callback (provisioner/rollout/stream/),
+# not ansible-runner's awx_display; False: awx_display (the tests compare the two)
+SLIM_STREAM = True
 
 
 class HostStatus(str, Enum):
@@ -306,10 +315,13 @@ def _ansible_bin_dir() -> str | None:
     return str(candidate.parent)
 
 
-def _guard_wrapper(pdd: Path, children_lock: str | os.PathLike[str] | None) -> Path | None:
+def _guard_wrapper(pdd: Path, children_lock: str | os.PathLike[str] | None,
+                   stdout_callback: str | None = None) -> Path | None:
     """An executable that runs ansible-playbook under the guard (ansible-runner's ``binary``;
     the runner then leaves the playbook off the command line: ``cmdline`` puts it first);
-    None when ansible-playbook is not on PATH (the runner then reports that)."""
+    None when ansible-playbook is not on PATH (the runner then reports that).
+    ``stdout_callback``: the stdout callback plugin it names for ansible-playbook (ansible-runner
+    sets its own, ``awx_display``, in the environment it starts this with)."""
     from provisioner.rollout import guard
 
     real = shutil.which("ansible-playbook")
@@ -317,8 +329,11 @@ def _guard_wrapper(pdd: Path, children_lock: str | os.PathLike[str] | None) -> P
         return None
     lock = str(Path(children_lock).resolve()) if children_lock else "-"
     path = pdd / f".gdsfleet-guard-{os.getpid()}-{threading.get_ident()}.sh"
+    name = (f"ANSIBLE_STDOUT_CALLBACK={shlex.quote(stdout_callback)}\n"
+            "export ANSIBLE_STDOUT_CALLBACK\n") if stdout_callback else ""
     path.write_text(
         "#!/bin/sh\n"
+        + name +
         # -I -S: the guard is stdlib only; no site-packages to scan before the playbook starts
         f"exec {shlex.quote(sys.executable)} -I -S {shlex.quote(guard.__file__)} "
         f"{shlex.quote(lock)} {shlex.quote(real)} \"$@\"\n",
@@ -451,12 +466,20 @@ def run_playbook(
         if os.environ.get(key):
             env[key] = os.environ[key]
     env.update(envvars or {})
+    stdout_callback = None
+    if SLIM_STREAM:
+        from provisioner.rollout.stream import STDOUT_CALLBACK, STREAM_PLUGIN_DIR
+
+        stdout_callback = STDOUT_CALLBACK
+        plugins = [p for p in ({**os.environ, **env}.get("ANSIBLE_CALLBACK_PLUGINS") or "")
+                   .split(os.pathsep) if p]
+        env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join([*plugins, str(STREAM_PLUGIN_DIR)])
     if hold is not None:
         env.update(hold.env({**os.environ, **env}))
     token = guard.new_token(run_tag)
     env[guard.TOKEN_ENV] = token
     env[guard.PARENT_ENV] = str(os.getpid())
-    wrapper = _guard_wrapper(pdd, children_lock)
+    wrapper = _guard_wrapper(pdd, children_lock, stdout_callback)
     started = time.monotonic()
     extravars_file = None
     interrupts.check()

@@ -192,8 +192,12 @@ def test_bench_overhead_repeat_rotates_the_rows_and_prints_medians(
              "provisioner": iter([22.0, 21.0, 99.0])}
 
     def fake(name: str) -> Any:
-        def run(*_a: Any) -> dict[str, float]:
+        def run(*a: Any) -> dict[str, float]:
             calls.append(name)
+            # each ansible-playbook run's main-process record (bench/callbacks/), one per wave
+            with open(a[4]["GDSFLEET_BENCH_RUSAGE"], "a") as fh:
+                fh.write('{"pid": 1, "user_s": 0.5, "sys_s": 0.25}\n'
+                         * (3 if name == "provisioner" else 1))
             return {"wall_s": next(walls[name]), "user_s": 1.0, "sys_s": 1.0}
         return run
 
@@ -209,3 +213,22 @@ def test_bench_overhead_repeat_rotates_the_rows_and_prints_medians(
     prov_line = next(ln for ln in out.splitlines() if ln.startswith("provisioner "))
     assert raw_line.split()[1] == "20.00" and prov_line.split()[1] == "22.00"
     assert prov_line.split()[5] == "1.100"  # 22 / 20: medians, not means (99 is an outlier)
+
+
+def test_bench_overhead_fails_a_row_without_its_main_process_records(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The main-process CPU column needs each ansible-playbook run's record (a wave's run that
+    never reached its stats wrote none): a row short of them prints no figure."""
+    mod = _load("bench_overhead")
+
+    def run(*a: Any) -> dict[str, float]:
+        with open(a[4]["GDSFLEET_BENCH_RUSAGE"], "a") as fh:
+            fh.write('{"pid": 1, "user_s": 0.5, "sys_s": 0.25}\n')  # one record, 3 runs
+        return {"wall_s": 1.0, "user_s": 1.0, "sys_s": 1.0}
+
+    for fn in ("run_raw", "run_runner", "run_rollout"):
+        monkeypatch.setattr(mod, fn, run)
+    assert mod.main(["--hosts", "3", "--forks", "2"]) == 1
+    out = capsys.readouterr()
+    assert "wall s" not in out.out
+    assert "1 main-process CPU records, expected 3" in out.err

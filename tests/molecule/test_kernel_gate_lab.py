@@ -46,6 +46,7 @@ from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
 from provisioner.verify.policy import Policy
+from tests.harness import lab as labmod
 from tests.harness.fixtures import SimNode, commit_node, remove_image
 from tests.unit.kernel_gate_standins import elf_module, grub_cfg
 
@@ -366,8 +367,8 @@ def converged(module_sim_node: Callable[..., Any], standin_repo: Any, installed_
     assert node.exec(f"test -x {HOOK} && ! test -e {STATE}", check=False).returncode == 0
     image = commit_node(node)
     try:
-        subprocess.run(["podman", "rm", "-f", "-t", "0", node.name], capture_output=True,
-                       check=False, timeout=120)  # its tests run containers of the image
+        # its tests run containers of the image (the factory's cleanup accepts it gone)
+        labmod.podman("rm", "-f", "-t", "0", node.name, check=False)
         yield Converged(image, node.name, kernel, nxt)
     finally:
         remove_image(image)

@@ -487,7 +487,12 @@ class SimNodeFactory:
 
     def __call__(self, profile: str = "nvfs", env: Mapping[str, str] | None = None, *,
                  ssh: bool | int = False, nvme: bool = False, loop_size: str = "512M",
-                 name: str | None = None, nvmeof: bool = False) -> SimNode:
+                 name: str | None = None, nvmeof: bool = False,
+                 image: str | None = None) -> SimNode:
+        """A node of the node image, or of ``image``: one that :func:`commit_node` made of a
+        node (the same profile; pass the committed node's ``GDSFLEET_SIM_SEED`` in ``env`` to
+        keep its simulated hardware identity). Starting it is a simulated boot of that node's
+        disk: what was only in memory (loaded modules, /run) is as the boot makes it."""
         _need_podman()
         labmod.ensure_image()
         with self._lock:  # many() starts nodes from threads
@@ -499,7 +504,9 @@ class SimNodeFactory:
                "--name", node.name, "--hostname", node.name,
                "--label", f"{labmod.LABEL}=fixtures#{TOKEN}",
                "--label", f"gdsfleet.pid={os.getpid()}",
-               "-e", f"GDSFLEET_SIM_PROFILE={profile}", "-e", f"GDSFLEET_SIM_SEED={node.name}"]
+               "-e", f"GDSFLEET_SIM_PROFILE={profile}"]
+        if "GDSFLEET_SIM_SEED" not in node.env:
+            cmd += ["-e", f"GDSFLEET_SIM_SEED={node.name}"]
         for k, v in sorted(node.env.items()):
             cmd += ["-e", f"{k}={v}"]
         if ssh:
@@ -530,7 +537,7 @@ class SimNodeFactory:
                                           ).stdout.strip()
             cmd += ["-v", f"{node.fabric_loop}:{node.fabric_loop}",
                     "-e", f"GDSFLEET_SIM_NVMEOF={node.fabric_loop}"]
-        cmd.append(labmod.IMAGE)
+        cmd.append(image or labmod.IMAGE)
         labmod.run(cmd)
         node.wait_ready()
         if ssh:
@@ -567,6 +574,24 @@ class SimNodeFactory:
         self.reserved.clear()
         if errors:
             raise RuntimeError("; ".join(errors))
+
+
+SNAPSHOT_LABEL = "gdsfleet.snapshot-pid"
+
+
+def commit_node(node: SimNode) -> str:
+    """The node's disk as an image of this session (``podman commit``), for tests that start
+    from one converged node instead of converging it again each (``sim_node(...,
+    image=...)``). Remove it with :func:`remove_image`; ``lab.gc()`` removes those of
+    sessions that are gone. TEST HARNESS ONLY."""
+    tag = f"localhost/{node.name}:converged"
+    labmod.podman("commit", "-q", "--change", f"LABEL {SNAPSHOT_LABEL}={os.getpid()}",
+                  node.name, tag, timeout=600)
+    return tag
+
+
+def remove_image(tag: str) -> None:
+    labmod.podman("rmi", "-f", tag, check=False, timeout=300)
 
 
 @pytest.fixture

@@ -562,7 +562,8 @@ def load_lab_group_vars() -> dict[str, Any]:
 def gc() -> list[str]:
     """Remove what crashed test sessions left: harness containers (gdsfleet-hx-*, gdsfleet-fx-*)
     whose pytest process is gone, and loop devices backed by <such a container>.img whose
-    container no longer exists. Never touches the operator's lab (gdsfleet-lab-NN). Also stops
+    container no longer exists, and the images tests committed of a node (fixtures.commit_node)
+    whose pytest process is gone. Never touches the operator's lab (gdsfleet-lab-NN). Also stops
     the repository servers of test runs whose pytest is gone (tests/harness/run.py)."""
     from tests.harness import run as runmod
 
@@ -582,6 +583,23 @@ def gc() -> list[str]:
             continue
         podman("rm", "-f", "-t", "0", name, check=False)
         done.append(f"container {name}")
+    # images that tests committed of a converged node (tests/harness/fixtures.py commit_node)
+    fmt = '{{.Id}} {{index .Labels "gdsfleet.snapshot-pid"}}'
+    proc = podman("images", "--filter", "label=gdsfleet.snapshot-pid", "--format", fmt,
+                  check=False)
+    for line in proc.stdout.splitlines():
+        image, _, pid = line.partition(" ")
+        if not pid.strip().isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        podman("rmi", "-f", image, check=False)
+        done.append(f"image {image[:12]}")
     names = set(podman("ps", "-a", "--format", "{{.Names}}", check=False).stdout.split())
     listing = run(["losetup", "-n", "-O", "NAME,BACK-FILE"], check=False).stdout
     for line in listing.splitlines():

@@ -16,6 +16,11 @@ writes grubenv) and the NVIDIA driver's module for each kernel (the project neve
 driver). Each is a TEST STAND-IN. With the GRUB stand-in in place a simulated reboot lands in
 the kernel GRUB would boot (docs/testing.md, "The booted kernel"); the host's kernel is still
 the one underneath.
+
+The two tests that differ only after the stack's converge (a kernel without headers gated by the
+play, and one installed through the hook) start from one node converged per module and committed
+as an image (the fixture ``converged``); the others converge their own (another nvidia-fs and the
+DOCA 26.01 knob before the converge; a fleet provisioned by a rollout).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,7 +46,8 @@ from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
 from provisioner.verify.policy import Policy
-from tests.harness.fixtures import SimNode
+from tests.harness import lab as labmod
+from tests.harness.fixtures import SimNode, commit_node, remove_image
 from tests.unit.kernel_gate_standins import elf_module, grub_cfg
 
 pytestmark = pytest.mark.container
@@ -67,6 +74,7 @@ GATE = """
 """
 GATHER = load_script("gather.py")
 STATE = "/var/lib/gdsfleet/kernel-gate.json"
+HOOK = "/etc/kernel/postinst.d/zzz-gdsfleet-kernel-gate"
 ADV = "gnulinux-advanced-UUID"
 GRUB_SET_DEFAULT = """#!/bin/sh
 # TEST STAND-IN for grub-set-default (GRUB 2): records the saved entry in grubenv.
@@ -324,13 +332,63 @@ def wait_boot(node: Any, old_boot_id: str, timeout: float = 120) -> None:
     raise AssertionError(f"{node.name} did not come back from its reboot")
 
 
-def test_a_kernel_without_headers_fails_keeps_the_default_and_is_held(
-    sim_node: Callable[..., Any], standin_repo: Any, installed_collection: Path, tmp_path: Path
-) -> None:
-    node = sim_node("nvfs", ssh=True)
-    kernel, nxt = prepare(node, standin_repo, next_headers=False)
-    rc, report, stderr = play(tmp_path, node, standin_repo, STACK, "2.28.4")
+@dataclass(frozen=True)
+class Converged:
+    """A node converged with STACK (nvidia-fs 2.28.4) once per module, committed as an image
+    (tests/harness/fixtures.py commit_node): each test that needs that node starts its own
+    container of it instead of converging the stack again (about a minute of CPU each)."""
+
+    image: str
+    seed: str  # the converged node's GDSFLEET_SIM_SEED: the same simulated hardware
+    kernel: str  # the running kernel
+    nxt: str  # the newer stand-in kernel, not installed
+
+    def start(self, sim_node: Callable[..., Any]) -> Any:
+        node = sim_node("nvfs", ssh=True, image=self.image,
+                        env={"GDSFLEET_SIM_SEED": self.seed})
+        # starting the image is a simulated boot of the converged disk: the same kernel
+        # (grub.cfg's default entry is the newer kernel, whose image is not installed) and
+        # nvidia-fs loaded at boot, as the role configured it
+        assert booted(node)[0] == self.kernel
+        assert node.exec("test -d /sys/module/nvidia_fs", check=False).returncode == 0
+        return node
+
+
+@pytest.fixture(scope="module")
+def converged(module_sim_node: Callable[..., Any], standin_repo: Any, installed_collection: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Converged]:
+    """prepare() without the newer kernel, then the stack up to nvidia-fs with DOCA-OFED
+    (STACK, nvidia-fs 2.28.4), committed; the image is removed at the module's end."""
+    node = module_sim_node("nvfs", ssh=True)
+    kernel, nxt = prepare(node, standin_repo, next_headers=False, install_next=False)
+    tmp = tmp_path_factory.mktemp("converge")
+    rc, report, stderr = play(tmp, node, standin_repo, STACK, "2.28.4")
     assert rc == 0, stderr[-2000:] + json.dumps(report)[-3000:]
+    assert node.exec(f"test -x {HOOK} && ! test -e {STATE}", check=False).returncode == 0
+    image = commit_node(node)
+    try:
+        # its tests run containers of the image (the factory's cleanup accepts it gone)
+        labmod.podman("rm", "-f", "-t", "0", node.name, check=False)
+        yield Converged(image, node.name, kernel, nxt)
+    finally:
+        remove_image(image)
+
+
+def test_a_kernel_without_headers_fails_keeps_the_default_and_is_held(
+    sim_node: Callable[..., Any], standin_repo: Any, converged: Converged, tmp_path: Path
+) -> None:
+    """The converged node with the newer kernel installed without its headers before the
+    kernel hook could see it (as a kernel installed before gdsfleet: the hook is moved aside
+    for the install), then the kernel gate play."""
+    node = converged.start(sim_node)
+    kernel, nxt = converged.kernel, converged.nxt
+    node.exec("apt-get update -qq")  # the repositories the roles configured
+    node.exec(f"mv {HOOK} {HOOK}.aside")
+    node.apt_install(f"linux-image-{nxt}")
+    node.exec(f"mv {HOOK}.aside {HOOK}")
+    assert node.exec(f"test -e /boot/vmlinuz-{nxt} && ! test -e /lib/modules/{nxt}/build && "
+                     f"! test -e {STATE}", check=False).returncode == 0  # nothing gated it yet
+    assert f"linux-image-{nxt}" not in held(node)
     rc, report, _ = play(tmp_path, node, standin_repo, GATE, "2.28.4")
     assert rc != 0
     gate = task(report, "gdsfleet.gds.kernel_gate : Gate the kernel the node will boot")
@@ -374,14 +432,11 @@ def test_v2_only_nvme_and_v1_nvidia_fs_fail_naming_both(
 
 
 def test_an_unattended_kernel_install_through_the_hook_keeps_the_default(
-    sim_node: Callable[..., Any], standin_repo: Any, installed_collection: Path, tmp_path: Path
+    sim_node: Callable[..., Any], converged: Converged
 ) -> None:
-    node = sim_node("nvfs", ssh=True)
-    kernel, nxt = prepare(node, standin_repo, next_headers=False, install_next=False)
-    rc, report, stderr = play(tmp_path, node, standin_repo, STACK, "2.28.4")
-    assert rc == 0, stderr[-2000:] + json.dumps(report)[-3000:]
-    assert node.exec("test -x /etc/kernel/postinst.d/zzz-gdsfleet-kernel-gate", check=False
-                     ).returncode == 0
+    node = converged.start(sim_node)
+    kernel, nxt = converged.kernel, converged.nxt
+    assert node.exec(f"test -x {HOOK}", check=False).returncode == 0
     # as unattended-upgrades would: a kernel, no headers, no gdsfleet
     node.exec("apt-get update -qq")  # the repositories the roles configured
     out = node.apt_install(f"linux-image-{nxt}")

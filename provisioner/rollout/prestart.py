@@ -59,10 +59,10 @@ class Hold:
     def env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The variables that load the hold plugin into the run (``environ``: the run's
         environment so far, whose callback plugin folders are kept first)."""
-        plugins = [p for p in (environ.get("ANSIBLE_CALLBACK_PLUGINS") or "").split(os.pathsep)
-                   if p]
+        from provisioner.rollout.stream import callback_dirs
+
         return {FIFO_ENV: self.path,
-                "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join([*plugins, str(HOLD_PLUGIN_DIR)])}
+                "ANSIBLE_CALLBACK_PLUGINS": callback_dirs(environ, HOLD_PLUGIN_DIR)}
 
     def _send(self, byte: bytes) -> None:
         with self._lock:

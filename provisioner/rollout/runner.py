@@ -468,12 +468,10 @@ def run_playbook(
     env.update(envvars or {})
     stdout_callback = None
     if SLIM_STREAM:
-        from provisioner.rollout.stream import STDOUT_CALLBACK, STREAM_PLUGIN_DIR
+        from provisioner.rollout.stream import STDOUT_CALLBACK, STREAM_PLUGIN_DIR, callback_dirs
 
         stdout_callback = STDOUT_CALLBACK
-        plugins = [p for p in ({**os.environ, **env}.get("ANSIBLE_CALLBACK_PLUGINS") or "")
-                   .split(os.pathsep) if p]
-        env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join([*plugins, str(STREAM_PLUGIN_DIR)])
+        env["ANSIBLE_CALLBACK_PLUGINS"] = callback_dirs({**os.environ, **env}, STREAM_PLUGIN_DIR)
     if hold is not None:
         env.update(hold.env({**os.environ, **env}))
     token = guard.new_token(run_tag)

@@ -10,9 +10,12 @@ of this script, three rows with wall time and user/sys CPU of the whole process 
 3. ``provisioner rollout --no-verify --waves 1,N/10,100%`` of the play without ``serial``
    (the rollout makes the waves itself), with ``--executor local``.
 
-Under the provisioner row, where its wall time went outside the plays (from each wave run's
-events.jsonl): its start until the first play, the gaps between a wave's closing stats and the
-next wave's first play, and the last stats until it exited.
+Under the table, for every row, where its wall time went: inside its plays (each
+ansible-playbook run's first play until its closing stats, summed) and outside them (the start
+until the first play, the gaps between one run's stats and the next run's first play, the last
+stats until the process exited), from the times the bench-only callback
+(``bench/callbacks/``) writes in every row's ansible-playbook runs alike. And, with
+``--repeat``, each round's ratio to raw of the same round beside the ratio of the medians.
 
     .venv/bin/python bench/bench_overhead.py --hosts 500 2000 --forks 50
     .venv/bin/python bench/bench_overhead.py --hosts 50 --forks 10 --json overhead.json
@@ -92,8 +95,10 @@ def child_env(root: Path) -> dict[str, str]:
 
 def measure(argv: list[str], env: dict[str, str], log: Path,
             timeout: float) -> tuple[float, float, float]:
-    """(wall s, user s, sys s) of ``argv`` and all it reaped; a non-zero exit raises."""
+    """(wall s, user s, sys s) of ``argv`` and all it reaped; a non-zero exit raises. When it
+    began (``time.time()``) is left in ``STARTED[0]`` for the row's timeline."""
     with log.open("wb") as out:
+        STARTED[0] = time.time()
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, cwd=str(log.parent))
@@ -113,6 +118,8 @@ def measure(argv: list[str], env: dict[str, str], log: Path,
         raise BenchFailed(f"{log}: exit status {rc}; it ends:\n{tail}")
     return wall, ru.ru_utime, ru.ru_stime
 
+
+STARTED = [0.0]
 
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 RECAP = re.compile(rb"^(h\d{5})\s+:\s+ok=(\d+)\s.*failed=(\d+)", re.M)
@@ -144,7 +151,7 @@ def run_raw(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str],
     wall, user, sys_ = measure([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
                                 str(inv), "-f", str(forks), str(play)], env, log, timeout)
     check_recap(log, hosts)
-    return {"wall_s": wall, "user_s": user, "sys_s": sys_}
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_, "began": STARTED[0]}
 
 
 def run_runner(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str],
@@ -158,7 +165,8 @@ def run_runner(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str
     events = sum(1 for _ in (pdd / "artifacts" / "bench" / "job_events").glob("*.json"))
     if events < len(hosts) * 3 * 2:
         raise BenchFailed(f"{pdd}: {events} event files, fewer than 2 per task and host")
-    return {"wall_s": wall, "user_s": user, "sys_s": sys_, "event_files": events}
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_, "event_files": events,
+            "began": STARTED[0]}
 
 
 def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, str],
@@ -170,7 +178,6 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
     ledger = work / "ledger.db"
     (work / "known_hosts").write_text("")
     log = work / "rollout.log"
-    began = time.time()
     wall, user, sys_ = measure(
         [sys.executable, "-m", "provisioner", "rollout", "-i", str(inv), "--playbook",
          str(play), "--no-verify", "--waves", f"{first},{second},100%", "-f", str(forks),
@@ -185,13 +192,14 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
     if bad:
         raise BenchFailed(f"{ledger}: {len(bad)} of {len(hosts)} hosts lack a final ok step, "
                           f"e.g. {bad[0]}: {steps.get(bad[0])}")
-    return {"wall_s": wall, "user_s": user, "sys_s": sys_,
-            "timeline": timeline(work / "runner", began, began + wall)}
+    return {"wall_s": wall, "user_s": user, "sys_s": sys_, "began": STARTED[0]}
 
 
-def main_cpu(path: Path, runs: int) -> dict[str, float]:
+def main_cpu(path: Path, runs: int, began: float | None = None,
+             wall: float | None = None) -> dict[str, Any]:
     """User and system CPU of the ansible-playbook main processes of a row (summed over its
-    runs), as bench/callbacks/gdsfleet_bench_rusage.py wrote them at each run's stats."""
+    runs), as bench/callbacks/gdsfleet_bench_rusage.py wrote them at each run's stats; and,
+    given when the row began and its wall time, its timeline (:func:`timeline`)."""
     try:
         lines = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
     except OSError:
@@ -199,34 +207,31 @@ def main_cpu(path: Path, runs: int) -> dict[str, float]:
     if len(lines) != runs:
         raise BenchFailed(f"{path}: {len(lines)} main-process CPU records, expected {runs} "
                           f"(one per ansible-playbook run)")
-    return {"main_user_s": sum(ln["user_s"] for ln in lines),
-            "main_sys_s": sum(ln["sys_s"] for ln in lines)}
+    out: dict[str, Any] = {"main_user_s": sum(ln["user_s"] for ln in lines),
+                           "main_sys_s": sum(ln["sys_s"] for ln in lines)}
+    if began is not None and wall is not None:
+        out["timeline"] = timeline(path, lines, began, began + wall)
+    return out
 
 
-def _at(line: dict[str, Any]) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(str(line["at"])).timestamp()
-
-
-def timeline(runner_dir: Path, began: float, ended: float) -> dict[str, float]:
-    """Where the rollout's wall time went outside its plays, from each wave run's
-    events.jsonl: the start until the first play began (the rollout's own start, the ledger,
-    the canary's ansible-playbook start), the gaps between one wave's closing stats and the
-    next wave's first play (summed), and the last stats until the process ended."""
+def timeline(path: Path, records: list[dict[str, Any]], began: float,
+             ended: float) -> dict[str, float]:
+    """Where a row's wall time went, from its ansible-playbook runs' records: inside the plays
+    (each run's first play until its stats, summed), the start until the first play (the
+    process's own start, and for the rollout its plan and ledger before the canary's
+    ansible-playbook started), the gaps between one run's stats and the next run's first play
+    (summed), and the last stats until the process ended."""
     runs = []
-    for events in runner_dir.glob("artifacts/*/events.jsonl"):
-        lines = [json.loads(ln) for ln in events.read_text().splitlines() if ln.strip()]
-        play = [_at(ln) for ln in lines if ln.get("event") == "playbook_on_play_start"]
-        stats = [_at(ln) for ln in lines if ln.get("event") == "playbook_on_stats"]
-        if play and stats:
-            runs.append((play[0], stats[-1]))
-    if not runs:
-        raise BenchFailed(f"{runner_dir}: no wave run with a play and its stats")
+    for rec in records:
+        plays, stats = rec.get("plays"), rec.get("stats_at")
+        if not plays or not isinstance(stats, (int, float)):
+            raise BenchFailed(f"{path}: a run's record without its play and stats times")
+        runs.append((float(plays[0]), float(stats)))
     runs.sort()
     gaps = [nxt[0] - cur[1] for cur, nxt in zip(runs, runs[1:], strict=False)]
-    return {"waves": len(runs), "to_first_play_s": runs[0][0] - began,
-            "between_waves_s": sum(gaps), "after_last_s": ended - runs[-1][1]}
+    return {"runs": len(runs), "in_plays_s": sum(b - a for a, b in runs),
+            "to_first_play_s": runs[0][0] - began, "between_s": sum(gaps),
+            "after_last_s": ended - runs[-1][1]}
 
 
 def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) -> dict[str, Any]:
@@ -244,6 +249,10 @@ def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) ->
             row["timeline"] = {key: statistics.median(run["timeline"][key] for run in runs)
                                for key in runs[0]["timeline"]}
         row["wall_s_each"] = [round(run["wall_s"], 2) for run in runs]
+        # each round's ratio to the raw run of the same round (the rows of one round ran
+        # back to back, so a machine's drift between rounds cancels out of these)
+        row["wall_x_each"] = [round(run["wall_s"] / r["rows"]["raw"]["wall_s"], 3)
+                              for run, r in zip(runs, rounds, strict=True)]
         rows[name] = row
     return {"hosts": n, "forks": forks, "batches": rounds[0]["batches"], "rounds": repeat,
             "rows": rows}
@@ -274,7 +283,8 @@ def one_round(root: Path, n: int, forks: int, timeout: float, turn: int) -> dict
         row_env = {**env, "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callbacks"),
                    "GDSFLEET_BENCH_RUSAGE": str(d / "rusage.jsonl")}
         rows[name] = fn(d, inv, play, forks, row_env, hosts, timeout)
-        rows[name].update(main_cpu(d / "rusage.jsonl", 3 if name == "provisioner" else 1))
+        rows[name].update(main_cpu(d / "rusage.jsonl", 3 if name == "provisioner" else 1,
+                                   rows[name].get("began"), rows[name]["wall_s"]))
     return {"hosts": n, "forks": forks, "batches": [first, second, n - first - second],
             "rows": rows}
 
@@ -294,15 +304,22 @@ def print_table(res: dict[str, Any]) -> None:
         print(f"{name:<12} {r['wall_s']:8.2f} {r['user_s']:8.2f} {r['sys_s']:8.2f} {cpu:8.2f} "
               f"{r['wall_s'] / raw['wall_s']:7.3f} {cpu / raw_cpu:7.3f} {main:10.2f} "
               f"{main / raw_main:7.3f}")
-    tl = res["rows"]["provisioner"].get("timeline")
-    if tl:
-        print(f"  provisioner outside its {tl['waves']:.0f} plays: {tl['to_first_play_s']:.2f} s "
-              f"to the first play, {tl['between_waves_s']:.2f} s between waves, "
-              f"{tl['after_last_s']:.2f} s after the last")
+    if all(res["rows"][name].get("timeline") for name in ROWS):
+        print(f"{'where the wall time went':<24} {'in plays':>9} {'to first':>9} "
+              f"{'between':>8} {'after':>7} {'outside':>8}  (s; medians)")
+        for name in ROWS:
+            tl = res["rows"][name]["timeline"]
+            outside = tl["to_first_play_s"] + tl["between_s"] + tl["after_last_s"]
+            print(f"  {name:<22} {tl['in_plays_s']:9.2f} {tl['to_first_play_s']:9.2f} "
+                  f"{tl['between_s']:8.2f} {tl['after_last_s']:7.2f} {outside:8.2f}")
     if res.get("rounds", 1) > 1:
         for name in ROWS:
             r = res["rows"][name]
             print(f"  {name:<11} wall s each round: {r['wall_s_each']}; cpu s: {r['cpu_s_each']}")
+        for name in ROWS[1:]:
+            each = res["rows"][name]["wall_x_each"]
+            print(f"  {name:<11} wall x raw of the same round: {each} "
+                  f"(median {statistics.median(each):.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -213,6 +213,8 @@ def test_bench_overhead_repeat_rotates_the_rows_and_prints_medians(
     prov_line = next(ln for ln in out.splitlines() if ln.startswith("provisioner "))
     assert raw_line.split()[1] == "20.00" and prov_line.split()[1] == "22.00"
     assert prov_line.split()[5] == "1.100"  # 22 / 20: medians, not means (99 is an outlier)
+    # and each round's ratio to its own raw run: 22/10, 21/30, 99/20
+    assert "wall x raw of the same round: [2.2, 0.7, 4.95] (median 2.200)" in out
 
 
 def test_bench_overhead_fails_a_row_without_its_main_process_records(
@@ -232,3 +234,22 @@ def test_bench_overhead_fails_a_row_without_its_main_process_records(
     out = capsys.readouterr()
     assert "wall s" not in out.out
     assert "1 main-process CPU records, expected 3" in out.err
+
+
+def test_bench_overhead_splits_each_rows_wall_time_inside_and_outside_its_plays(
+        tmp_path: Path) -> None:
+    """Each run's record gives its first play and its stats: inside the plays is the sum of
+    the runs' play-to-stats spans, outside the rest (to the first play, between the runs,
+    after the last); a record without these times is a failed run, not a figure."""
+    mod = _load("bench_overhead")
+    path = tmp_path / "rusage.jsonl"
+    recs = [{"pid": 1, "user_s": 1.0, "sys_s": 0.5, "plays": [102.0], "stats_at": 104.0},
+            {"pid": 2, "user_s": 2.0, "sys_s": 0.5, "plays": [104.5, 105.0], "stats_at": 110.0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in reversed(recs)))
+    out = mod.main_cpu(path, 2, began=100.0, wall=10.75)
+    assert out["main_user_s"] == 3.0 and out["main_sys_s"] == 1.0
+    assert out["timeline"] == {"runs": 2, "in_plays_s": 7.5, "to_first_play_s": 2.0,
+                               "between_s": 0.5, "after_last_s": 0.75}
+    path.write_text(json.dumps({"pid": 1, "user_s": 1.0, "sys_s": 0.5}) + "\n")
+    with pytest.raises(mod.BenchFailed, match="without its play and stats times"):
+        mod.main_cpu(path, 1, began=100.0, wall=5.0)

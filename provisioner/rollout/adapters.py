@@ -46,6 +46,21 @@ class _Relay:
             target(host, event, task)
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity: a cpuset or taskset narrows it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# With this many cores or more, the next wave's held run starts together with the current
+# wave's run (two ansible-playbook starts side by side, each on a core of its own); with
+# fewer, once the current run is at work (its first host event): on the 2-core machine, the
+# two starts together delayed the current one, which is on the critical path.
+START_TOGETHER_CORES = 4
+
+
 class AnsibleProvisioner:
     def __init__(
         self,
@@ -62,8 +77,13 @@ class AnsibleProvisioner:
         timeout: int | None = None,
         children_lock: str | os.PathLike[str] | None = None,
         executor: Executor | None = None,
+        start_together: bool | None = None,
     ) -> None:
         self.inventory = Path(inventory)
+        # the next wave's held run starts with the current wave's run (True), or at its first
+        # host event (False); None: by the cores (START_TOGETHER_CORES)
+        self.start_together = (_cores() >= START_TOGETHER_CORES if start_together is None
+                               else start_together)
         # an FQCN (gdsfleet.gds.site) or a playbook file, given to ansible-playbook as is
         self.playbook = str(playbook)
         self.reboot_playbook = str(reboot_playbook)
@@ -127,12 +147,14 @@ class AnsibleProvisioner:
                     on_host_event(host, event, task)
 
             held = self._take_held(kind, hosts, wave)
+            if pending and (held is not None or self.start_together):
+                # the held run has loaded already, or the cores can start both at once
+                pending = False
+                self._launch_pending()
             if held is not None:
                 held[1].target = on_event
-                if pending:  # the held run has loaded already
-                    pending = False
-                    self._launch_pending()
-                res = held[0].release()
+                released = getattr(self.executor, "released", None)
+                res = released(held[0]) if released is not None else held[0].release()
             else:
                 res = self.executor.run(
                     playbook,
@@ -196,6 +218,14 @@ class AnsibleProvisioner:
         held, self._held = self._held, {}
         for run, _relay in held.values():
             run.drop()
+
+    def settle(self) -> None:
+        """Wait for the tails of the runs that returned at their stats
+        (``LocalExecutor.settle``): when the rollout ends, none of its ansible-playbook runs
+        is left."""
+        settle = getattr(self.executor, "settle", None)
+        if settle is not None:
+            settle()
 
     def _take_held(self, kind: str, hosts: Sequence[str], wave: int) -> tuple[Any, _Relay] | None:
         """The held run of this wave's site playbook if it is for exactly ``hosts``; else it

@@ -195,7 +195,18 @@ class Engine(NodeSteps):
         return self.run_with(None)
 
     def run_with(self, on_run_id: Callable[[str], None] | None) -> RolloutResult:
-        """Run; ``on_run_id`` learns the run id (new or resumed) before any node changes."""
+        """Run; ``on_run_id`` learns the run id (new or resumed) before any node changes.
+        Each wave's playbook run hands its outcomes over at its closing stats; the rest of
+        the last one (ansible-playbook's exit) overlaps the run's end in the ledger, and
+        none is left when this returns."""
+        try:
+            return self._run_with(on_run_id)
+        finally:
+            settle = getattr(self.provisioner, "settle", None)
+            if settle is not None:
+                settle()
+
+    def _run_with(self, on_run_id: Callable[[str], None] | None) -> RolloutResult:
         started = time.monotonic()
         plan, resumed, steps = self.prepare()
         from provisioner.rollout.state import ResultWriter

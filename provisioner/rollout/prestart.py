@@ -96,53 +96,94 @@ class Hold:
 
 
 class Held:
-    """One playbook run started ahead in a thread of its own (``start(hold)`` runs it, e.g.
-    :func:`provisioner.rollout.runner.run_playbook` with ``hold=``), for ``hosts``."""
+    """One playbook run in a thread of its own (``start(hold, on_final)`` runs it, e.g.
+    :func:`provisioner.rollout.runner.run_playbook` with ``hold=`` and ``on_final=``), for
+    ``hosts``: started ahead and held before its first play (``hold=True``), or started at
+    once (``hold=False``: the wave's own run, see ``LocalExecutor.run``).
 
-    def __init__(self, hosts: Sequence[str], start: Callable[[Hold], PlaybookResult], *,
-                 name: str = "held-playbook") -> None:
+    :meth:`release` gives the run's result as soon as its closing stats are in (every host's
+    outcome is final there), not when ansible-playbook has exited: the next wave goes on while
+    this run's process exits and its guard sweeps (a few tenths of a second that a ``serial``
+    play never pays between its batches). That rest of the run, its tail, goes on in this
+    object's thread; :meth:`wait` waits for it (the rollout waits for every tail before it
+    ends, ``AnsibleProvisioner.settle``)."""
+
+    def __init__(self, hosts: Sequence[str],
+                 start: Callable[[Hold | None, Callable[[PlaybookResult], None]],
+                                 PlaybookResult], *,
+                 name: str = "held-playbook", hold: bool = True) -> None:
         self.hosts = tuple(hosts)
-        self.hold = Hold()
+        self.hold: Hold | None = Hold() if hold else None
         self._result: PlaybookResult | None = None
+        self._final: PlaybookResult | None = None  # the result at the closing stats
         self._error: BaseException | None = None
         self._done = threading.Event()
+        self._ready = threading.Event()  # the final result is in, or the run ended
         self._thread = threading.Thread(target=self._main, args=(start,), name=name,
                                         daemon=True)
         self._thread.start()
 
-    def _main(self, start: Callable[[Hold], PlaybookResult]) -> None:
+    def _main(self, start: Callable[[Hold | None, Callable[[PlaybookResult], None]],
+                                    PlaybookResult]) -> None:
         try:
-            self._result = start(self.hold)
+            self._result = start(self.hold, self._stats_in)
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that releases it
             self._error = exc
         finally:
             self._done.set()
+            self._ready.set()
+
+    def _stats_in(self, result: PlaybookResult) -> None:
+        self._final = result
+        self._ready.set()
 
     def matches(self, hosts: Sequence[str]) -> bool:
         """Is this the run for ``hosts`` (the same names, in any order)?"""
         return sorted(self.hosts) == sorted(hosts)
 
     def release(self) -> PlaybookResult:
-        """Let the run go on and wait for its end, as a run started now would be waited for:
-        SIGINT/SIGTERM cancel it (the run's guard ends it) and raise
-        :class:`provisioner.interrupts.Interrupted` once it is gone."""
+        """Let the run go on and wait for its outcomes, as a run started now would be waited
+        for: SIGINT/SIGTERM cancel it (the run's guard ends it) and raise
+        :class:`provisioner.interrupts.Interrupted` once it is gone. Returns at the run's
+        closing stats when they come (its tail goes on: :meth:`wait`), else at its end."""
         from provisioner import interrupts
 
-        self.hold.go()
+        if self.hold is not None:
+            self.hold.go()
         try:
             with interrupts.deferred():
-                while not self._done.wait(0.5):
+                while not self._ready.wait(0.5):
                     pass
+                if self._done.is_set() or self._final is None:
+                    # an interrupt during the run: wait for the guard to end it, as before
+                    self._done.wait()
         finally:
-            self.hold.close()
+            if self.hold is not None:
+                self.hold.close()
+        if self._final is not None and not self._done.is_set():
+            return self._final
         interrupts.check()
         if self._error is not None:
             raise self._error
         assert self._result is not None
         return self._result
 
+    def wait(self, timeout: float | None = None) -> PlaybookResult | None:
+        """Wait (at most ``timeout`` s) for the whole run, its tail included; its result, or
+        None when it did not end in time or ended in an error (the error is not raised here:
+        the outcomes were handed over at the stats, and an interrupt is the caller's to
+        check)."""
+        self._done.wait(timeout)
+        return self._result if self._done.is_set() else None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
     def drop(self, timeout: float = 60.0) -> None:
         """End the run before it touches a host and wait (at most ``timeout`` s) for it."""
-        self.hold.drop()
+        if self.hold is not None:
+            self.hold.drop()
         self._done.wait(timeout)
-        self.hold.close()
+        if self.hold is not None:
+            self.hold.close()

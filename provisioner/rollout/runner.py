@@ -135,8 +135,11 @@ class EventCollector:
         sink: Callable[[dict[str, Any]], Any] | None = None,
         limits: tuple[int, int] | None = None,
         on_overflow: Callable[[str], None] | None = None,
+        on_stats: Callable[[], None] | None = None,
     ) -> None:
         self._hosts = list(hosts)
+        # called once the closing stats are folded in (every outcome final from then on)
+        self._on_stats = on_stats
         # gets event_line() of each event (the run's events.jsonl); an int it returns is the
         # bytes that line took, counted against limits[1]
         self._sink = sink
@@ -171,6 +174,7 @@ class EventCollector:
         if self._limits is not None and self._count > self._limits[0]:
             self._overflowed(f"more than {self._limits[0]:,} events (the limit of one shard)")
             return False
+        had_stats = self._stats is not None
         self._fold(event)
         if self._sink is not None:
             written = self._sink(event_line(event))
@@ -181,6 +185,8 @@ class EventCollector:
 
                     self._overflowed(f"more than {human_bytes(self._limits[1])} of events "
                                      f"(the limit of one shard's events.jsonl)")
+        if not had_stats and self._stats is not None and self._on_stats is not None:
+            self._on_stats()  # after the sink: the stats line is in events.jsonl first
         return False
 
     def _overflowed(self, reason: str) -> None:
@@ -415,6 +421,7 @@ def run_playbook(
     children_lock: str | os.PathLike[str] | None = None,
     run_tag: str = "",
     hold: Hold | None = None,
+    on_final: Callable[[PlaybookResult], None] | None = None,
 ) -> PlaybookResult:
     """Run ``playbook`` against ``hosts`` of ``inventory``; per-host outcomes from events.
 
@@ -427,6 +434,15 @@ def run_playbook(
     (:mod:`provisioner.rollout.prestart`): it waits before its first play until
     ``hold.go()``; ``hold.drop()`` ends it there (its artifacts are then removed: it ran
     nothing). Its timeout and duration count from the release.
+
+    ``on_final``: called (in the thread that runs the playbook) with the run's result as soon
+    as its closing ``playbook_on_stats`` event is in: every host's outcome is final from
+    there, while ansible-playbook still takes a few tenths of a second to exit (its workers,
+    its temporary files, the interpreter) and this function to sweep and scrub after it.
+    That result has ``rc`` None (the process has not exited yet) and ``status``
+    ``successful`` or ``failed`` from the outcomes. What this function returns at the end is
+    the whole run's, with the same outcomes. See :class:`provisioner.rollout.prestart.Held`,
+    which hands it to the wave so that the next wave need not wait for that exit.
     """
     import time
     import uuid
@@ -460,7 +476,22 @@ def run_playbook(
     artifact_dir = pdd / "artifacts" / ident
     # a temporary runner folder is removed at the end: no log to keep there
     event_log = EventLog(artifact_dir / "events.jsonl") if pdd_tmp is None else None
-    collector = EventCollector(hosts, on_host_event, keep_events=keep_events, sink=event_log)
+    began = [time.monotonic()]
+
+    def stats_in() -> None:
+        if on_final is None:
+            return
+        outcomes = collector.outcomes()
+        ok = all(o.succeeded for o in outcomes.values())
+        since = hold.released_at if hold is not None and hold.released_at is not None \
+            else began[0]
+        on_final(PlaybookResult(playbook=str(playbook), rc=None,
+                                status="successful" if ok else "failed", hosts=outcomes,
+                                duration_s=time.monotonic() - since,
+                                events=tuple(collector.events)))
+
+    collector = EventCollector(hosts, on_host_event, keep_events=keep_events, sink=event_log,
+                               on_stats=stats_in)
     env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
     for key in FORWARDED_ENV:
         if os.environ.get(key):
@@ -478,7 +509,7 @@ def run_playbook(
     env[guard.TOKEN_ENV] = token
     env[guard.PARENT_ENV] = str(os.getpid())
     wrapper = _guard_wrapper(pdd, children_lock, stdout_callback)
-    started = time.monotonic()
+    started = began[0] = time.monotonic()
     extravars_file = None
     interrupts.check()
     try:

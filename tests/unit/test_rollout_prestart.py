@@ -94,6 +94,9 @@ def test_a_held_run_touches_no_host_until_released_then_runs_with_its_extra_vars
     assert {h: o.status for h, o in res.hosts.items()} == {h: HostStatus.CHANGED
                                                            for h in HOSTS}
     assert _marks(tmp_path) == dict.fromkeys(HOSTS, "held")
+    # release() returned at the run's stats; the whole run's result has the same outcomes
+    whole = held.wait(120)
+    assert whole is not None and whole.rc == 0 and whole.hosts == res.hosts
     # its events and outcomes are kept as a run started now would keep them
     assert (art / "hosts.json").is_file()
     kinds = [json.loads(ln)["event"] for ln in (art / "events.jsonl").read_text().splitlines()]
@@ -214,10 +217,10 @@ class _FakeExecutor:
         return _FakeHeld(self.log, hosts, kw["wave"], kw["on_host_event"])
 
 
-def _provisioner(tmp: Path, executor: Any) -> AnsibleProvisioner:
+def _provisioner(tmp: Path, executor: Any, together: bool = False) -> AnsibleProvisioner:
     return AnsibleProvisioner(inventory=tmp / "hosts.ini", playbook="site.yml",
                               reboot_playbook="reboot.yml", forks=5, executor=executor,
-                              events_log=tmp / "events.jsonl")
+                              events_log=tmp / "events.jsonl", start_together=together)
 
 
 def test_the_provisioner_lets_a_held_run_go_only_for_its_wave_and_hosts(tmp_path: Path) -> None:
@@ -255,13 +258,14 @@ def test_the_provisioner_lets_a_held_run_go_only_for_its_wave_and_hosts(tmp_path
                       ("drop", 5, ("f",))]
 
 
-def _engine(tmp: Path, ex: _FakeExecutor, **opts: Any) -> Engine:
+def _engine(tmp: Path, ex: _FakeExecutor, together: bool = False, **opts: Any) -> Engine:
     from provisioner.store import Ledger
 
     ledger = Ledger.open(tmp / "l.db")
     options = RolloutOptions(verify=False, waves="1,2,100%", **opts)
     return Engine(ledger=ledger, fleet="f", targets=[f"n{i}" for i in range(6)],
-                  provisioner=_provisioner(tmp, ex), verifier=None, options=options)
+                  provisioner=_provisioner(tmp, ex, together), verifier=None,
+                  options=options)
 
 
 def test_the_engine_starts_each_next_wave_ahead_and_lets_it_go_when_it_begins(
@@ -272,6 +276,19 @@ def test_the_engine_starts_each_next_wave_ahead_and_lets_it_go_when_it_begins(
     # wave 1's run starts once the canary's is at work, wave 2's once wave 1's is let go
     assert ex.log == [
         ("run", 0, ("n0",)), ("prestart", 1, ("n1", "n2")),
+        ("prestart", 2, ("n3", "n4", "n5")), ("release", 1, ("n1", "n2")),
+        ("release", 2, ("n3", "n4", "n5")),
+    ]
+
+
+def test_with_cores_enough_the_next_wave_starts_with_the_current_one(tmp_path: Path) -> None:
+    """start_together (4 cores or more): wave 1's held run starts with the canary's run, not
+    at its first host event, so that it has loaded by the canary's stats."""
+    ex = _FakeExecutor()
+    res = _engine(tmp_path, ex, together=True).run()
+    assert res.status == "succeeded", res.message
+    assert ex.log == [
+        ("prestart", 1, ("n1", "n2")), ("run", 0, ("n0",)),
         ("prestart", 2, ("n3", "n4", "n5")), ("release", 1, ("n1", "n2")),
         ("release", 2, ("n3", "n4", "n5")),
     ]
@@ -308,3 +325,68 @@ def test_hold_env_keeps_the_operators_callback_folders_first() -> None:
     finally:
         hold.close()
     assert not Path(env["GDSFLEET_HOLD_FIFO"]).exists()
+
+
+LINGER = '''\
+"""Test stand-in: an ansible-playbook that lingers after its closing stats (as a large run's
+workers, temporary files and interpreter take a while to end)."""
+import os
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gdsfleet_test_linger"
+    CALLBACK_NEEDS_ENABLED = False
+
+    def v2_playbook_on_stats(self, stats):
+        time.sleep(float(os.environ["GDSFLEET_TEST_LINGER_S"]))
+'''
+
+
+def test_a_wave_run_returns_at_its_stats_and_the_rollout_waits_for_its_tail(
+        tmp_path: Path) -> None:
+    """The outcomes are final at the closing stats: the wave's run hands them over there (the
+    next wave need not wait for ansible-playbook's exit), and settle() waits for the rest (the
+    process's exit, its guard, the run's artifacts), so that no run outlives the rollout."""
+    cb = tmp_path / "cb"
+    cb.mkdir()
+    (cb / "gdsfleet_test_linger.py").write_text(LINGER)
+    lock = tmp_path / "rollout.lock.children"
+    ex = LocalExecutor()
+    res = ex.run(str(_playbook(tmp_path)), _inventory(tmp_path), HOSTS, forks=3,
+                 extravars={"mark": "wave"},
+                 envvars={"ANSIBLE_CALLBACK_PLUGINS": str(cb), "GDSFLEET_TEST_LINGER_S": "4"},
+                 private_data_dir=tmp_path / "pdd", on_host_event=None, timeout=None,
+                 children_lock=lock, run_tag="t", wave=1, kind="site")
+    returned = time.monotonic()
+    assert {h: o.status for h, o in res.hosts.items()} == dict.fromkeys(HOSTS,
+                                                                         HostStatus.CHANGED)
+    assert res.rc is None and res.status == "successful"  # the process has not exited yet
+    assert _marks(tmp_path) == dict.fromkeys(HOSTS, "wave")
+    assert guard.holders(str(lock)), "its ansible-playbook still lives, past its stats"
+    ex.settle()
+    assert time.monotonic() - returned > 2.0  # settle() waited for the lingering exit
+    assert guard.holders(str(lock)) == []
+    (art,) = (tmp_path / "pdd" / "artifacts").iterdir()
+    doc = json.loads((art / "hosts.json").read_text())
+    assert doc["rc"] == 0 and doc["final_stats"] is True
+    assert {h: o["status"] for h, o in doc["hosts"].items()} == dict.fromkeys(HOSTS, "changed")
+    assert not list((tmp_path / "pdd" / "env").glob("extravars*"))
+
+
+def test_a_run_that_ends_without_stats_is_waited_for_whole(tmp_path: Path) -> None:
+    """No stats (a broken playbook): nothing is handed over early; release() returns the whole
+    run's result, every host failed with the reason."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- hosts: all\n  tasks:\n    - name: x\n      no.such.module: {}\n")
+    ex = LocalExecutor()
+    res = ex.run(str(bad), _inventory(tmp_path), HOSTS, forks=3, extravars={}, envvars={},
+                 private_data_dir=tmp_path / "pdd", on_host_event=None, timeout=None,
+                 children_lock=None, run_tag="t", wave=1, kind="site")
+    assert res.rc not in (None, 0) and res.error
+    assert {o.status for o in res.hosts.values()} == {HostStatus.FAILED}
+    ex.settle()

@@ -41,9 +41,15 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Today's behaviour: one ansible-playbook here, under the guard."""
+    """One ansible-playbook here, under the guard, in a thread of its own
+    (:class:`~provisioner.rollout.prestart.Held`): :meth:`run` returns at the run's closing
+    stats, and the run's tail (ansible-playbook's exit, the guard's sweep, the artifacts'
+    scrub) goes on until :meth:`settle`."""
 
     name = "local"
+
+    def __init__(self) -> None:
+        self._tails: list[Held] = []
 
     def run(self, playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str], *,
             forks: int, extravars: Mapping[str, Any], envvars: Mapping[str, str],
@@ -51,12 +57,25 @@ class LocalExecutor:
             on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
             children_lock: str | os.PathLike[str] | None, run_tag: str, wave: int,
             kind: str) -> PlaybookResult:
-        from provisioner.rollout.runner import run_playbook
+        run = self._start(playbook, inventory, hosts, forks=forks, extravars=extravars,
+                          envvars=envvars, private_data_dir=private_data_dir,
+                          on_host_event=on_host_event, timeout=timeout,
+                          children_lock=children_lock, run_tag=run_tag,
+                          name=f"{kind}-wave-{wave}", hold=False)
+        return self.released(run)
 
-        return run_playbook(playbook, inventory, list(hosts), forks=forks, extravars=extravars,
-                            envvars=envvars, private_data_dir=private_data_dir,
-                            on_host_event=on_host_event, timeout=timeout,
-                            children_lock=children_lock, run_tag=run_tag)
+    def released(self, run: Held) -> PlaybookResult:
+        """``run.release()``, its tail kept for :meth:`settle`."""
+        self._tails = [t for t in self._tails if not t.done]
+        self._tails.append(run)
+        return run.release()
+
+    def settle(self, timeout: float = 120.0) -> None:
+        """Wait for the tails of the runs that returned at their stats (each at most
+        ``timeout`` s; the guard ends a run past its own timeout)."""
+        tails, self._tails = self._tails, []
+        for run in tails:
+            run.wait(timeout)
 
     def prestart(self, playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str],
                  *, forks: int, extravars: Mapping[str, Any], envvars: Mapping[str, str],
@@ -65,15 +84,29 @@ class LocalExecutor:
                  children_lock: str | os.PathLike[str] | None, run_tag: str, wave: int,
                  kind: str) -> Held:
         """The same run as :meth:`run`, started now and held before its first play
-        (:mod:`provisioner.rollout.prestart`): ``release()`` gives its result."""
+        (:mod:`provisioner.rollout.prestart`): pass it to :meth:`released` for its result."""
+        return self._start(playbook, inventory, hosts, forks=forks, extravars=extravars,
+                           envvars=envvars, private_data_dir=private_data_dir,
+                           on_host_event=on_host_event, timeout=timeout,
+                           children_lock=children_lock, run_tag=run_tag,
+                           name=f"held-{kind}-wave-{wave}", hold=True)
+
+    @staticmethod
+    def _start(playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str], *,
+               forks: int, extravars: Mapping[str, Any], envvars: Mapping[str, str],
+               private_data_dir: str | os.PathLike[str] | None,
+               on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
+               children_lock: str | os.PathLike[str] | None, run_tag: str, name: str,
+               hold: bool) -> Held:
         from provisioner.rollout.prestart import Held
         from provisioner.rollout.runner import run_playbook
 
-        def start(hold: Hold) -> PlaybookResult:
+        def start(hold: Hold | None, on_final: Callable[[PlaybookResult], None]
+                  ) -> PlaybookResult:
             return run_playbook(playbook, inventory, list(hosts), forks=forks,
                                 extravars=extravars, envvars=envvars,
                                 private_data_dir=private_data_dir, on_host_event=on_host_event,
                                 timeout=timeout, children_lock=children_lock, run_tag=run_tag,
-                                hold=hold)
+                                hold=hold, on_final=on_final)
 
-        return Held(hosts, start, name=f"held-{kind}-wave-{wave}")
+        return Held(hosts, start, name=name, hold=hold)

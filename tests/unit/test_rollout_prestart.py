@@ -390,3 +390,108 @@ def test_a_run_that_ends_without_stats_is_waited_for_whole(tmp_path: Path) -> No
     assert res.rc not in (None, 0) and res.error
     assert {o.status for o in res.hosts.values()} == {HostStatus.FAILED}
     ex.settle()
+
+
+def test_a_canary_started_ahead_is_used_under_its_run_id_and_dropped_under_another(
+        tmp_path: Path) -> None:
+    """The rollout starts its canary's run before its ledger is open (start_ahead), under the
+    id the new run will get: the engine lets it go when the canary wave begins with the same
+    hosts and run id; under another id (the ledger had a run to resume) it is dropped,
+    touching nothing, and the wave starts its own run."""
+    from provisioner.store.ids import new_run_id
+
+    from provisioner.store import Ledger
+
+    ex = _FakeExecutor()
+    rid = new_run_id()
+    (tmp_path / "a").mkdir()
+
+    def engine(tmp: Path, prov: AnsibleProvisioner, run_id: str) -> Engine:
+        options = RolloutOptions(verify=False, waves="1,2,100%")
+        return Engine(ledger=Ledger.open(tmp / "l.db"), fleet="f",
+                      targets=[f"n{i}" for i in range(6)], provisioner=prov, verifier=None,
+                      options=options, run_id=run_id)
+
+    prov = _provisioner(tmp_path / "a", ex, together=True)
+    prov.run_tag = rid
+    assert prov.start_ahead(["n0"], wave=0)
+    res = engine(tmp_path / "a", prov, rid).run()
+    assert res.status == "succeeded", res.message
+    assert res.run_id == rid
+    assert ex.log == [
+        ("prestart", 0, ("n0",)), ("prestart", 1, ("n1", "n2")), ("release", 0, ("n0",)),
+        ("prestart", 2, ("n3", "n4", "n5")), ("release", 1, ("n1", "n2")),
+        ("release", 2, ("n3", "n4", "n5")),
+    ]
+    # started under one id, the run turned out to be another (a resume): dropped untouched
+    (tmp_path / "b").mkdir()
+    ex = _FakeExecutor()
+    prov = _provisioner(tmp_path / "b", ex, together=True)
+    prov.run_tag = new_run_id()
+    prov.start_ahead(["n0"], wave=0)
+    other = new_run_id() + "x"
+    prov.run_tag = other
+    res = engine(tmp_path / "b", prov, other).run()
+    assert res.status == "succeeded", res.message
+    assert ex.log[:4] == [("prestart", 0, ("n0",)), ("drop", 0, ("n0",)),
+                          ("prestart", 1, ("n1", "n2")), ("run", 0, ("n0",))]
+
+
+TOKEN_PLAY = """\
+- name: Writes each host's playbook token
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Writes the token the run was started with
+      ansible.builtin.copy:
+        content: "{{ lookup('env', 'GDSFLEET_PLAYBOOK_TOKEN') }}"
+        dest: "MARKS/{{ inventory_hostname }}"
+        mode: "0600"
+"""
+
+
+def test_the_rollout_starts_its_canary_ahead_and_every_run_carries_the_ledgers_run_id(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """provisioner rollout with cores enough (forced here): the canary's run starts before the
+    ledger is open, held, and is the one the canary wave uses; its token, which
+    gdsfleet.gds.node_lock reads the run from, names the run the ledger recorded, as the later
+    waves' do."""
+    from provisioner import cli
+    from provisioner.rollout import adapters, prestart
+    from provisioner.store import Ledger
+
+    monkeypatch.setattr(adapters, "START_TOGETHER_CORES", 1)
+    used: list[tuple[str, tuple[str, ...]]] = []
+    real_release, real_drop = prestart.Held.release, prestart.Held.drop
+
+    def release(self: Any) -> Any:
+        used.append(("release" if self.hold is not None else "run", self.hosts))
+        return real_release(self)
+
+    def drop(self: Any, timeout: float = 60.0) -> None:
+        used.append(("drop", self.hosts))
+        real_drop(self, timeout)
+
+    monkeypatch.setattr(prestart.Held, "release", release)
+    monkeypatch.setattr(prestart.Held, "drop", drop)
+    (tmp_path / "marks").mkdir()
+    play = tmp_path / "site.yml"
+    play.write_text(TOKEN_PLAY.replace("MARKS", str(tmp_path / "marks")))
+    hosts = [f"n{i}" for i in range(5)]
+    inv = tmp_path / "hosts"
+    inv.write_text("[gpu_nodes]\n" + "".join(f"{h} ansible_connection=local "
+                           f"ansible_python_interpreter={sys.executable}\n" for h in hosts))
+    ledger = tmp_path / "ledger.sqlite"
+    rc = cli.main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--playbook", str(play),
+                   "--no-verify", "--plain", "-q", "--waves", "1,2,100%"])
+    assert rc == 0
+    assert used == [("release", ("n0",)), ("release", ("n1", "n2")),
+                    ("release", ("n3", "n4"))]
+    led = Ledger.open(ledger)
+    try:
+        run_id = led.runs(kind="rollout")[0]["id"]
+    finally:
+        led.close()
+    marks = {p.name: p.read_text() for p in (tmp_path / "marks").iterdir()}
+    assert sorted(marks) == hosts
+    assert {guard.run_of(t) for t in marks.values()} == {run_id}

@@ -370,31 +370,6 @@ def _make_executor(args: argparse.Namespace, checked: dict[str, Any], inventory:
                        state_dir=state_dir)
 
 
-def _canary_ahead(provisioner: Any, args: argparse.Namespace, checked: dict[str, Any],
-                  inventory: Any) -> str | None:
-    """Start the canary's run ahead for a new run (see :meth:`AnsibleProvisioner.start_ahead`)
-    and return the id that run will have; None when nothing was started: too few cores (the
-    canary's start would compete with this process's own), drain hooks (they may skip the
-    canary), or no plan without the ledger. The guess is the plan of a fleet without history
-    (every node provisioned); a ledger that says otherwise (a compliant node, a run to resume)
-    makes another plan, and the held run is then dropped, having touched nothing."""
-    from provisioner.rollout.planner import plan_waves
-    from provisioner.store.ids import new_run_id
-
-    if not provisioner.start_together or getattr(checked.get("drain"), "drain_cmd", None):
-        return None
-    try:
-        plan = plan_waves(inventory.names(), args.waves, latest={})
-    except Exception:  # noqa: BLE001 - the engine plans again and reports it
-        return None
-    if not plan.waves:
-        return None
-    run_id = new_run_id()
-    provisioner.run_tag = run_id
-    provisioner.start_ahead([p.name for p in plan.waves[0].nodes], wave=plan.waves[0].index)
-    return run_id
-
-
 def _confirm(wave: Any) -> bool:
     sys.stderr.write(f"\nproceed with {wave.label} ({len(wave)} node(s): "
                      f"{', '.join(wave.names()[:10])}{' ...' if len(wave) > 10 else ''})? "
@@ -465,40 +440,8 @@ def run(args: argparse.Namespace) -> int:
 
     lock = fleet_lock(location, fleet, wait_s=args.wait_lock,
                       say=lambda text: sys.stderr.write(f"{text}\n"))
-    if "://" not in location:
-        state_dir = Path(location).expanduser().resolve().parent / "runner"
-        pdd: Path | None = state_dir
-    else:
-        state_dir, pdd = Path.cwd(), None
-    events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
-
-    def make_provisioner(executor: Any) -> AnsibleProvisioner:
-        return AnsibleProvisioner(
-            inventory=args.inventory,
-            playbook=checked["playbook"],
-            reboot_playbook=checked["reboot_playbook"],
-            forks=args.max_parallel,
-            envvars=checked["ansible_env"],
-            extravars=checked["extravars"],
-            private_data_dir=pdd,
-            events_log=events_log,
-            timeout=args.playbook_timeout or None,  # 0: no deadline
-            children_lock=lock.children_path,
-            executor=executor,
-        )
-
     with lock:
-        # the canary's run starts now, held before its first play, while the ledger opens and
-        # the rollout plans (its ansible-playbook takes about as long to start): used if the
-        # plan's canary is the one guessed here under the same run id, else dropped untouched
-        ahead = None if checked.get("executor") else make_provisioner(None)
-        run_id = _canary_ahead(ahead, args, checked, inventory) if ahead is not None else None
-        try:
-            ledger = Ledger.open(location)
-        except BaseException:
-            if ahead is not None:
-                ahead.drop_prestarted()
-            raise
+        ledger = Ledger.open(location)
         try:
             if not args.quiet:  # the first line names the ledger, as every command's (stderr:
                 # --json -); once open: a ledger that cannot be reached stays one error line
@@ -513,6 +456,12 @@ def run(args: argparse.Namespace) -> int:
                 old = ledger.last_unfinished_run("rollout", fleet)
                 if old:
                     ledger.finish_run(old, "abandoned")
+            if "://" not in location:
+                state_dir = Path(location).expanduser().resolve().parent / "runner"
+                pdd: Path | None = state_dir
+            else:
+                state_dir, pdd = Path.cwd(), None
+            events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
             recorded = {k: v for k, v in vars(args).items()
                         if not k.startswith("_") and not callable(v)}
             # secrets never reach the ledger (provisioner.redact): secret-named extra vars,
@@ -542,7 +491,19 @@ def run(args: argparse.Namespace) -> int:
             executor = _make_executor(args, checked, inventory, ledger, state_dir)
             if not args.restart:
                 _fence_earlier_dispatches(ledger, fleet, executor)
-            provisioner = ahead if ahead is not None else make_provisioner(executor)
+            provisioner = AnsibleProvisioner(
+                inventory=args.inventory,
+                playbook=checked["playbook"],
+                reboot_playbook=checked["reboot_playbook"],
+                forks=args.max_parallel,
+                envvars=checked["ansible_env"],
+                extravars=checked["extravars"],
+                private_data_dir=pdd,
+                events_log=events_log,
+                timeout=args.playbook_timeout or None,  # 0: no deadline
+                children_lock=lock.children_path,
+                executor=executor,
+            )
             observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
             engine = Engine(
                 ledger=ledger,
@@ -556,7 +517,6 @@ def run(args: argparse.Namespace) -> int:
                 addresses={n.name: n.address for n in inventory.nodes},
                 confirm=_confirm if args.confirm else None,
                 sleep=interrupts.sleep,  # Ctrl-C during --pause-between-waves stops at once
-                run_id=run_id,
             )
             try:
                 def started(rid: str) -> None:
@@ -571,9 +531,6 @@ def run(args: argparse.Namespace) -> int:
                 if close is not None:
                     close()
         finally:
-            if ahead is not None:  # the engine's end did both already, unless it never ran
-                ahead.drop_prestarted()
-                ahead.settle()
             ledger.close()
     if not args.quiet:
         summary_table(result, inventory=str(args.inventory))

@@ -100,9 +100,8 @@ class AnsibleProvisioner:
         # where the playbook runs (executors.LocalExecutor: here; SshExecutor: shards on
         # execution nodes)
         self.executor: Executor = executor if executor is not None else LocalExecutor()
-        # the site playbook runs started ahead of their wave and held: wave -> (Held, relay,
-        # the run_tag it was started with)
-        self._held: dict[int, tuple[Any, _Relay, str]] = {}
+        # the site playbook runs started ahead of their wave and held: wave -> (Held, relay)
+        self._held: dict[int, tuple[Any, _Relay]] = {}
         # a held run asked for, started once the current wave's run is at work: (wave, hosts)
         self._pending: tuple[int, list[str]] | None = None
 
@@ -194,18 +193,6 @@ class AnsibleProvisioner:
         self._pending = (wave, list(hosts))
         return True
 
-    def start_ahead(self, hosts: Sequence[str], *, wave: int) -> bool:
-        """Start ``wave``'s site playbook run for ``hosts`` now, held before its first play:
-        the rollout's canary, started while the rollout itself still opens its ledger and
-        plans (set ``run_tag`` to the run's id first). Used only if the wave begins with these
-        hosts under the same run tag; else dropped, having touched nothing. False when the
-        executor cannot hold a run."""
-        if getattr(self.executor, "prestart", None) is None or not hosts:
-            return False
-        self._pending = (wave, list(hosts))
-        self._launch_pending()
-        return True
-
     def _launch_pending(self) -> None:
         """Start the held run :meth:`prestart` asked for; one held earlier for the same wave
         is dropped."""
@@ -223,13 +210,13 @@ class AnsibleProvisioner:
                      private_data_dir=self.private_data_dir, on_host_event=relay,
                      timeout=self.timeout, children_lock=self.children_lock,
                      run_tag=self.run_tag, wave=wave, kind="site")
-        self._held[wave] = (held, relay, self.run_tag)
+        self._held[wave] = (held, relay)
 
     def drop_prestarted(self) -> None:
         """End the held runs that were not used (the rollout stopped)."""
         self._pending = None
         held, self._held = self._held, {}
-        for run, _relay, _tag in held.values():
+        for run, _relay in held.values():
             run.drop()
 
     def settle(self) -> None:
@@ -240,12 +227,10 @@ class AnsibleProvisioner:
         if settle is not None:
             settle()
 
-    def _take_held(self, kind: str, hosts: Sequence[str], wave: int
-                   ) -> tuple[Any, _Relay, str] | None:
-        """The held run of this wave's site playbook if it is for exactly ``hosts`` and was
-        started under the current run tag (a canary started ahead for a new run is not the
-        one of a run that turned out to resume); else it is dropped, and so is any held for
-        an earlier wave (the wave then starts its run as it always did)."""
+    def _take_held(self, kind: str, hosts: Sequence[str], wave: int) -> tuple[Any, _Relay] | None:
+        """The held run of this wave's site playbook if it is for exactly ``hosts``; else it
+        is dropped, and so is any held for an earlier wave (the wave then starts its run as
+        it always did)."""
         if kind != "site":
             return None
         for w in [w for w in self._held if w < wave]:
@@ -253,7 +238,7 @@ class AnsibleProvisioner:
         entry = self._held.pop(wave, None)
         if entry is None:
             return None
-        if entry[0].matches(hosts) and entry[2] == self.run_tag:
+        if entry[0].matches(hosts):
             return entry
         entry[0].drop()
         return None

@@ -106,7 +106,6 @@ class Engine(NodeSteps):
         addresses: Mapping[str, str] | None = None,
         confirm: Callable[[Wave], bool] | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        run_id: str | None = None,
     ) -> None:
         if not targets:
             raise UsageError("no nodes to roll out to")
@@ -129,9 +128,6 @@ class Engine(NodeSteps):
         self._total_failures = 0
         self._changed_since_gate = True
         self._caught: dict[str, str] = {}  # resume: node -> the step it was caught in
-        # the id a new run gets (made ahead: the canary's run may have started with it);
-        # None: a new one. A resumed run keeps its own
-        self._new_run_id = run_id
         from provisioner.rollout.state import ResultWriter
 
         self._writer = ResultWriter(ledger, "")
@@ -188,7 +184,7 @@ class Engine(NodeSteps):
         )
         args = dict(self.opts.args)
         args["plan"] = plan.to_dict()
-        self.run_id = self.ledger.start_run("rollout", self.fleet, args, run_id=self._new_run_id)
+        self.run_id = self.ledger.start_run("rollout", self.fleet, args)
         from provisioner.rollout.state import seed_pending
 
         seed_pending(self.ledger, self.run_id, plan)

@@ -36,13 +36,10 @@ class LedgerWrites(LedgerBase):
     """The ledger's writes (see the module's docstring)."""
 
     # ------------------------------------------------------------------ runs
-    def start_run(self, kind: str, fleet: str, args: Mapping[str, Any] | None = None, *,
-                  run_id: str | None = None) -> str:
-        """A new run; ``run_id``: an id made ahead with ``new_run_id()`` (the rollout's
-        canary run, started before the ledger was open, already carries it), else a new one."""
+    def start_run(self, kind: str, fleet: str, args: Mapping[str, Any] | None = None) -> str:
         if kind not in ("verify", "rollout"):
             raise LedgerError(f"unknown run kind {kind!r} (verify or rollout)")
-        run_id = run_id or new_run_id()
+        run_id = new_run_id()
         with self._write() as conn:
             conn.execute(
                 insert(runs).values(

@@ -152,11 +152,9 @@ class Held:
             self.hold.go()
         try:
             with interrupts.deferred():
+                # the stats, or the run's end (an interrupt: once its guard has ended it)
                 while not self._ready.wait(0.5):
                     pass
-                if self._done.is_set() or self._final is None:
-                    # an interrupt during the run: wait for the guard to end it, as before
-                    self._done.wait()
         finally:
             if self.hold is not None:
                 self.hold.close()

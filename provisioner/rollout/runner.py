@@ -46,8 +46,7 @@ from provisioner.rollout.events import (
     _slim,
     event_line,
 )
-from provisioner.rollout.launch import (  # noqa: F401 - _DROPPED_ENV: read through runner
-    _DROPPED_ENV,
+from provisioner.rollout.launch import (
     _ansible_bin_dir,
     _guard_wrapper,
     _scrub_runner_env,
@@ -409,19 +408,22 @@ def run_playbook(
     artifact_dir = pdd / "artifacts" / ident
     # a temporary runner folder is removed at the end: no log to keep there
     event_log = EventLog(artifact_dir / "events.jsonl") if pdd_tmp is None else None
-    began = [time.monotonic()]
+    started = time.monotonic()  # set again when ansible-playbook starts
+
+    def duration() -> float:
+        """Seconds since the run began (a held run: since its release)."""
+        if hold is not None and hold.released_at is not None:
+            return time.monotonic() - hold.released_at
+        return time.monotonic() - started
 
     def stats_in() -> None:
         if on_final is None:
             return
         outcomes = collector.outcomes()
         ok = all(o.succeeded for o in outcomes.values())
-        since = hold.released_at if hold is not None and hold.released_at is not None \
-            else began[0]
         on_final(PlaybookResult(playbook=str(playbook), rc=None,
                                 status="successful" if ok else "failed", hosts=outcomes,
-                                duration_s=time.monotonic() - since,
-                                events=tuple(collector.events)))
+                                duration_s=duration(), events=tuple(collector.events)))
 
     collector = EventCollector(hosts, on_host_event, keep_events=keep_events, sink=event_log,
                                on_stats=stats_in)
@@ -442,7 +444,7 @@ def run_playbook(
     env[guard.TOKEN_ENV] = token
     env[guard.PARENT_ENV] = str(os.getpid())
     wrapper = _guard_wrapper(pdd, children_lock, stdout_callback)
-    started = began[0] = time.monotonic()
+    started = time.monotonic()
     extravars_file = None
     interrupts.check()
     try:
@@ -516,9 +518,6 @@ def run_playbook(
         else:
             _scrub_artifacts(pdd)
     interrupts.check()  # canceled by SIGINT/SIGTERM: the hosts' outcomes mean nothing
-    if hold is not None and hold.released_at is not None:
-        started = hold.released_at
-    duration = time.monotonic() - started
     outcomes = collector.outcomes()
     error = None
     if not collector.saw_stats and not collector.started and not collector.seen_any:
@@ -545,7 +544,7 @@ def run_playbook(
         rc=rc,
         status=status,
         hosts=outcomes,
-        duration_s=duration,
+        duration_s=duration(),
         error=error,
         events=tuple(collector.events),
     )

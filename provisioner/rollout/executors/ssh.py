@@ -66,8 +66,8 @@ from provisioner.rollout.executors.stream import (  # noqa: F401 - importable fr
     DispatchLedger,
     _BoundedReader,
 )
+from provisioner.rollout.launch import _DROPPED_ENV
 from provisioner.rollout.runner import (
-    _DROPPED_ENV,
     EventCollector,
     EventLog,
     HostOutcome,

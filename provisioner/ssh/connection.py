@@ -401,7 +401,11 @@ class SSHRunner:
                 transient=False,
             ) from exc
         finally:
-            chan.close()
+            # a transport that died meanwhile makes close() raise (EOFError from paramiko's
+            # send): that must not replace what happened (the cap's OutputTooLarge, a
+            # timeout, the result); the next command finds the transport dead and reconnects
+            with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
+                chan.close()
         return CommandResult(
             exit_status=status,
             stdout=output.bytes_of("stdout").decode("utf-8", "replace"),

@@ -334,3 +334,25 @@ def test_private_key_parsed_once_per_run_and_again_when_the_file_changes(
         r.run("true", timeout=10)
     assert "authentication as 'root' failed" in str(ei.value)
     assert parsed == [str(key), str(key)]
+
+
+def test_a_channel_close_on_a_dead_transport_does_not_replace_what_happened(
+        lab: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI saw it once: the cap stopped a command, the transport died meanwhile, and the
+    channel's close (paramiko sends a close message) raised EOFError in place of the cap's
+    OutputTooLarge. Stand-in for the dead transport: a close that raises as paramiko's does."""
+    import paramiko
+
+    from provisioner.errors import OutputTooLarge
+
+    def dead_close(self: paramiko.Channel) -> None:
+        raise EOFError()
+
+    monkeypatch.setattr(paramiko.Channel, "close", dead_close)
+    monkeypatch.setattr("provisioner.ssh.connection.MAX_STDOUT_BYTES", 1024 * 1024)
+    root, port, known = lab["root"], lab["port"], lab["known"]
+    with SSHRunner(_node(port, root, known), _settings(root)) as r:
+        with pytest.raises(OutputTooLarge):
+            r.run("while head -c 1000000 /dev/zero; do :; done", timeout=60)
+        res = r.run("echo done", timeout=60)
+        assert res.exit_status == 0 and res.stdout == "done\n"

@@ -39,10 +39,14 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The longest a waiting command sleeps between checks. Data, EOF and a close (the node's, or
 # ours from another thread: paramiko sets the channel's pipe) wake it at once, and the wait
 # never runs past the command's deadline, so this only bounds how often an idle wait wakes.
-WAIT_SLICE_S = 2.0
-# How often paramiko's reader thread wakes with nothing to read, to see whether the transport
-# was closed, a keepalive is due or the handshake ran past its timeout (paramiko: 0.1 s).
+WAIT_SLICE_S = 15.0
+# How often paramiko's reader thread, and a thread waiting on the handshake or the
+# authentication, wake with nothing to do until the connection is authenticated: to see
+# whether the transport was closed or the handshake ran past its timeout (paramiko: 0.1 s).
 TRANSPORT_CHECK_S = 1.0
+# Once authenticated, the reader thread wakes only for keepalives (the settings' interval,
+# at most this): data, the node's EOF and a local close (the socket shut down) wake it.
+IDLE_CHECK_S = 15.0
 
 
 # AES-GCM (RFC 5647; OpenSSH's aes128-gcm@openssh.com, in its default list since 6.2 and in
@@ -60,16 +64,71 @@ PREFERRED_CIPHERS = (tuple(c for c in _GCM if c in _PARAMIKO_CIPHERS)
 
 
 class _Transport(paramiko.Transport):
-    """paramiko's Transport, its reader thread woken once per TRANSPORT_CHECK_S when idle
-    instead of ten times a second. Data and the node's EOF or close wake it at once as before;
-    a local close() returns at once (the thread ends at its next wake); keepalives and the
-    handshake timeout are kept to within TRANSPORT_CHECK_S. Waiting on a slow node cost the
-    controller about 0.39 ms of CPU per connection-second with paramiko's 0.1 s and the 0.5 s
-    slice, 0.12 ms with 1 s and 0.5 s (64 connections each running `sleep`, 2-core lab
-    machine): the waits were most of what verify spent per node while nodes were slow."""
+    """paramiko's Transport without its ten wakes a second. Waiting on a slow node cost the
+    controller about 0.39 ms of CPU per connection-second with paramiko's 0.1 s and a 0.5 s
+    slice, 0.12 ms with 1 s (64 connections each running `sleep`, 2-core lab machine); a
+    thread's idle wake costs about 45 us there. Counted in a 64-host verify of 8 loaded lab
+    nodes, before this class's handshake and idle parts: 805 reader wakes, 589 handshake and
+    auth polls and 339 run-loop slices, about 1.2 ms of CPU per node (docs/performance.md).
+
+    * The reader thread wakes once per TRANSPORT_CHECK_S while connecting (the handshake
+      timeout), then once per keepalive interval (:meth:`idle`); data and the node's EOF wake
+      it at once, and :meth:`close` shuts the socket down, which wakes it too.
+    * The handshake and the authentication are waited for in TRANSPORT_CHECK_S slices, not
+      paramiko's 0.1 s: their completion (or the transport's death) sets the event at once,
+      and the deadlines are kept to the slice's end as paramiko keeps them."""
 
     _active_check_timeout = TRANSPORT_CHECK_S
     _preferred_ciphers = PREFERRED_CIPHERS
+
+    def _wait_for(self, event: threading.Event, timeout: float | None) -> bool:
+        """Wait until ``event`` is set or the transport is no longer active (True), or until
+        ``timeout`` seconds have passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not event.is_set() and self.is_active():
+            left = TRANSPORT_CHECK_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            event.wait(min(TRANSPORT_CHECK_S, left))
+        return True
+
+    def start_client(self, event: threading.Event | None = None,
+                     timeout: float | None = None) -> None:
+        if event is not None:  # the caller waits (paramiko's asynchronous form)
+            return super().start_client(event=event, timeout=timeout)  # type: ignore[no-any-return]
+        done = threading.Event()
+        super().start_client(event=done, timeout=timeout)  # starts the thread, returns at once
+        self._wait_for(done, timeout)
+        if not self.is_active():  # as paramiko's own wait: the handshake's error, or a generic one
+            raise self.get_exception() or paramiko.SSHException("Negotiation failed.")
+        # past the timeout with the handshake unfinished, paramiko returns too: the caller's
+        # next step fails with "No existing session" (retry._is_handshake_timeout)
+        return None
+
+    def auth_publickey(self, username: str, key: paramiko.PKey,
+                       event: threading.Event | None = None) -> list[str]:
+        if event is not None:
+            return super().auth_publickey(username, key, event)  # type: ignore[no-any-return]
+        done = threading.Event()
+        super().auth_publickey(username, key, done)  # sends the request, returns at once
+        if not self._wait_for(done, self.auth_timeout):
+            raise paramiko.AuthenticationException("Authentication timeout.")
+        # set (or the transport gone): paramiko's own wait returns at once and judges it
+        return self.auth_handler.wait_for_response(done)  # type: ignore[no-any-return,union-attr]
+
+    def idle(self, keepalive_s: float) -> None:
+        """Authenticated: the reader thread wakes only for keepalives (at most IDLE_CHECK_S
+        apart). A ProxyCommand's or a jump host's channel keeps paramiko's wake."""
+        if isinstance(self.sock, socket.socket):
+            self.sock.settimeout(min(keepalive_s or IDLE_CHECK_S, IDLE_CHECK_S))
+
+    def close(self) -> None:
+        # shut the socket down first: that wakes the reader thread out of its wait at once
+        # (a plain close() of the descriptor would leave it asleep until its next wake)
+        if isinstance(self.sock, socket.socket):
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+        super().close()
 
 
 # A private key file parsed once per run instead of once per connection: for each key file
@@ -241,6 +300,8 @@ class SSHRunner:
         transport = client.get_transport()
         if transport is not None and self.settings.keepalive_s:
             transport.set_keepalive(self.settings.keepalive_s)
+        if isinstance(transport, _Transport):
+            transport.idle(self.settings.keepalive_s)
 
     def _client_for(self, target: Target) -> paramiko.SSHClient:
         client = paramiko.SSHClient()

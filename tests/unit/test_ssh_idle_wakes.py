@@ -9,7 +9,9 @@ The wakes are counted, not timed.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -69,8 +71,9 @@ def test_waiting_on_a_silent_command_does_not_poll(sshd: dict[str, Any],
     class CountingSelect:
         @staticmethod
         def select(*args: Any) -> Any:
-            run_wakes[0] += 1
-            return real_select(*args)
+            ready = real_select(*args)
+            run_wakes[0] += not ready[0]  # woken by its slice's end, not by the channel
+            return ready
 
     with _runner(sshd) as r:
         r.connect()
@@ -78,9 +81,10 @@ def test_waiting_on_a_silent_command_does_not_poll(sshd: dict[str, Any],
         monkeypatch.setattr(ssh_connection, "select", CountingSelect)
         res = r.run(f"sleep {SLEEP_S}; echo done", timeout=60)
     assert res.exit_status == 0 and res.stdout == "done\n"
-    # paramiko's own 0.1 s wake: ~30 in 3 s; the run loop at 0.5 s: ~6 (before this change)
-    assert reader_wakes[0] <= SLEEP_S + 3, reader_wakes[0]
-    assert run_wakes[0] <= SLEEP_S, run_wakes[0]
+    # paramiko's own 0.1 s wake: ~30 in 3 s, the 1 s check before this: 3-4; the run loop at
+    # 0.5 s: ~6, at 2 s: 1-2. Authenticated, the reader wakes only for keepalives (15 s).
+    assert reader_wakes[0] == 0, reader_wakes[0]
+    assert run_wakes[0] == 0, run_wakes[0]
 
 
 def test_a_close_from_another_thread_ends_the_wait_at_once(sshd: dict[str, Any]) -> None:
@@ -111,6 +115,70 @@ def test_a_closed_transport_lets_its_reader_thread_end(sshd: dict[str, Any]) -> 
     assert r._client is not None
     transport = r._client.get_transport()
     assert transport is not None and transport.is_alive()
+    assert transport.sock.gettimeout() == ssh_connection.IDLE_CHECK_S  # authenticated: idle
     r.close()
-    transport.join(10)  # it ends at its next idle wake
+    transport.join(5)  # the socket's shutdown wakes it: not its next idle wake, 15 s away
     assert not transport.is_alive()
+
+
+class _SlowRelay:
+    """A TCP relay in front of the sshd that holds each chunk the server sends for
+    ``delay_s``: a node too loaded to answer its handshake quickly."""
+
+    def __init__(self, port: int, delay_s: float) -> None:
+        self.port_to, self.delay_s = port, delay_s
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            client, _ = self.listener.accept()
+            server = socket.create_connection(("127.0.0.1", self.port_to))
+            threading.Thread(target=self._pipe, args=(client, server, 0.0), daemon=True).start()
+            self._pipe(server, client, self.delay_s)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, delay_s: float) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                time.sleep(delay_s)
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_slow_handshake_is_waited_for_without_polling(sshd: dict[str, Any],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """paramiko waits for the handshake, the authentication and a channel's opening by waking
+    every 0.1 s; the first two (most of a loaded node's connect) wake once a second here."""
+    relay = _SlowRelay(sshd["port"], 0.3)
+    short_waits = [0]
+    real_wait = threading.Event.wait
+
+    def counted_wait(self: threading.Event, timeout: float | None = None) -> bool:
+        if timeout is not None and timeout <= 0.1 and not self.is_set():
+            short_waits[0] += 1
+        return real_wait(self, timeout)
+
+    known = Path(sshd["root"]) / "known_hosts_relay"
+    known.write_text(Path(sshd["known"]).read_text().replace(
+        f"[127.0.0.1]:{sshd['port']} ", f"[127.0.0.1]:{relay.port} "))
+    lab = dict(sshd, port=relay.port, known=known)
+    try:
+        r = _runner(lab)
+        monkeypatch.setattr(threading.Event, "wait", counted_wait)
+        t0 = time.monotonic()
+        r.connect()
+        took = time.monotonic() - t0
+        monkeypatch.undo()
+        assert r.run("echo ok", timeout=30).stdout == "ok\n"
+        r.close()
+    finally:
+        relay.close()
+    # the server's 4-5 replies each held 0.3 s: paramiko's own waits would poll ~15 times
+    assert took > 0.9, took
+    assert short_waits[0] <= 1, short_waits[0]

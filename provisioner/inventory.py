@@ -11,6 +11,7 @@ the variable and the fix.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shlex
@@ -19,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.ansible_inventory import init_ansible_plugins, parse_strict
+from provisioner.ansible_inventory import (
+    data_loader,
+    init_ansible_plugins,
+    parse_strict,
+    template_value,
+)
 from provisioner.errors import InventoryError
 
 # Host names: what DNS and Ansible accept, plus ':' and '[]' are not allowed (ranges are
@@ -134,6 +140,13 @@ def _check_value(host: str, var: str, value: str, pattern: re.Pattern[str], what
         )
 
 
+@functools.lru_cache(maxsize=256)
+def _words(args: str) -> tuple[str, ...]:
+    """``shlex.split(args)``, once per distinct string: a fleet's hosts mostly share their ssh
+    arguments (a group variable), and splitting them was a tenth of reading each host."""
+    return tuple(shlex.split(args))
+
+
 def parse_ssh_args(host: str, var: str, args: str) -> list[tuple[str, str]]:
     """Parse ``-o Key=Value`` / ``-J jump`` options out of ansible_ssh_*_args.
 
@@ -141,7 +154,7 @@ def parse_ssh_args(host: str, var: str, args: str) -> list[tuple[str, str]]:
     same string reaches OpenSSH through Ansible.
     """
     try:
-        words = shlex.split(args)
+        words = _words(args)
     except ValueError as exc:
         raise InventoryError(f"inventory host {host!r}: {var} cannot be parsed: {exc}") from exc
     options: list[tuple[str, str]] = []
@@ -178,7 +191,7 @@ def weakening_ssh_options(args: str) -> list[str]:
     """The ``-o`` options in an OpenSSH argument string that weaken or bypass host-key
     checking, as written (``StrictHostKeyChecking=no``). Unparseable text counts as one."""
     try:
-        words = shlex.split(args)
+        words = _words(args)
     except ValueError:
         return [args]
     found: list[str] = []
@@ -378,11 +391,10 @@ def load_inventory(
     # Imported late: ansible-core is heavy and not needed by every command.
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
 
     init_ansible_plugins()
-    loader = DataLoader()
+    loader = data_loader()
     try:
         manager = InventoryManager(loader=loader, sources=[str(path)], parse=False)
         parse_strict(manager, str(path))
@@ -421,7 +433,7 @@ def load_inventory(
             rendered: dict[str, Any] = {}
             for key, value in wanted.items():
                 try:
-                    rendered[key] = templar.template(value)
+                    rendered[key] = template_value(templar, value)
                 except AnsibleError as exc:
                     if key in _CONN_VARS or key in _NEEDED_VARS:
                         raise InventoryError(
@@ -546,10 +558,9 @@ def hosts_matching(source: str | os.PathLike[str], pattern: str) -> set[str]:
     """Names of the inventory's hosts that an Ansible host pattern selects."""
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
 
     try:
-        manager = InventoryManager(loader=DataLoader(), sources=[str(source)], parse=False)
+        manager = InventoryManager(loader=data_loader(), sources=[str(source)], parse=False)
         parse_strict(manager, str(source))
         return {h.name for h in manager.get_hosts(pattern)}
     except AnsibleError as exc:

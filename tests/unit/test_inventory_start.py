@@ -134,3 +134,82 @@ def test_ini_files_are_given_to_the_plugins_that_would_read_them(tmp_path: Path)
         assert _ini_readers(str(tmp_path / name), default, exts) == []
     assert _ini_readers(str(ini), [*default, "community.general.nmap"], exts) == []
     assert _ini_readers(str(tmp_path / "hosts.cfg"), default, [".cfg"]) == []  # missing file
+
+
+# Anchors shared between hosts, templated and plain values of every kind, an ssh argument
+# string shared by a group, a '#jinja2:' header that names other delimiters.
+SHARED = (
+    "all:\n"
+    "  vars:\n"
+    "    ansible_ssh_common_args: -o StrictHostKeyChecking=yes -o ConnectTimeout=7\n"
+    "    gds_mount: \"{{ '/mnt/' ~ 'gds' }}\"\n"
+    "    gds_raid_devices: &devs [/dev/nvme0n1, /dev/nvme1n1]\n"
+    "    gds_verify_io_size: 8M\n"
+    "    gds_flag: true\n"
+    "    gds_count: 3\n"
+    "    gds_note: \"#jinja2: variable_start_string:'[%', variable_end_string:'%]'\\n"
+    "[% 1 + 1 %]\"\n"
+    "  children:\n"
+    "    gpu_nodes:\n"
+    "      hosts:\n"
+    "        gpu-1: {ansible_host: 10.0.0.1, nvme_devices: *devs}\n"
+    "        gpu-2: {ansible_host: 10.0.0.2, nvme_devices: *devs, gds_mount: /data/plain}\n"
+)
+
+
+def _nodes(path: Path) -> list[tuple]:
+    from provisioner.inventory import load_inventory
+
+    return [(n.name, n.address, n.port, n.user, n.ssh_options, n.verify_io_size,
+             json.dumps(n.vars, sort_keys=True, default=str)) for n in load_inventory(path).nodes]
+
+
+def test_the_uncopied_loader_and_the_templating_shortcut_read_what_ansible_core_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """provisioner.ansible_inventory.data_loader (no deep copy of a parse kept nowhere) and
+    template_value (no templar call for a value that cannot hold a template) against
+    ansible-core's own DataLoader and Templar.template, on the same inventory."""
+    from ansible.parsing.dataloader import DataLoader
+
+    import provisioner.ansible_inventory as ai
+    import provisioner.inventory as inventory
+
+    path = tmp_path / "hosts.yml"
+    path.write_text(SHARED)
+    ours = _nodes(path)
+    monkeypatch.setattr(inventory, "data_loader", DataLoader)
+    monkeypatch.setattr(inventory, "template_value", lambda templar, v: templar.template(v))
+    stock = _nodes(path)
+    assert ours == stock
+    by_name = {n[0]: json.loads(n[6]) for n in ours}
+    assert by_name["gpu-1"]["gds_mount"] == "/mnt/gds"  # still templated
+    assert by_name["gpu-2"]["gds_mount"] == "/data/plain"
+    assert str(by_name["gpu-1"]["gds_note"]) == "2"  # the header's delimiters: templated
+    assert by_name["gpu-1"]["nvme_devices"] == ["/dev/nvme0n1", "/dev/nvme1n1"]
+    assert ours[0][4] == (("StrictHostKeyChecking", "yes"), ("ConnectTimeout", "7"))
+    # the loader returns the parse itself only for a load that no cache keeps
+    loader = ai.data_loader()
+    first = loader.load_from_file(str(path), cache="all")
+    assert loader.load_from_file(str(path), cache="all") is not first  # a copy, as before
+
+
+@pytest.mark.parametrize("value", ["plain", "", "a}b", 7, 2.5, True, None])
+def test_values_that_cannot_hold_a_template_are_not_templated(value: object) -> None:
+    from provisioner.ansible_inventory import template_value
+
+    class Refuse:
+        def template(self, _v: object) -> object:
+            raise AssertionError("templated")
+
+    assert template_value(Refuse(), value) is value
+
+
+@pytest.mark.parametrize("value", ["{{ x }}", "a{%b", "{# c #}", "#jinja2: x\n", ["l"], {"d": 1}])
+def test_values_that_may_hold_a_template_go_to_the_templar(value: object) -> None:
+    from provisioner.ansible_inventory import template_value
+
+    class Mark:
+        def template(self, v: object) -> object:
+            return ("templated", v)
+
+    assert template_value(Mark(), value) == ("templated", value)

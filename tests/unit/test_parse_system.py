@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from provisioner.verify.parsers import driver, kernel, os_release, packages, storage
 
 KALLSYMS = """\
@@ -117,3 +120,45 @@ def test_mounts_and_lsblk() -> None:
     assert storage.is_nvme_source("/dev/sda1", devs) is False
     assert storage.nvme_mount_points(mounts, devs) == ["/mnt/gds", "/raid"]
     assert storage.parse_lsblk("not json") == []
+
+
+def _os_release_by_shlex(value: str) -> str:
+    """The parser's answer for one value before its fast path: shlex for every value."""
+    import shlex
+
+    try:
+        parts = shlex.split(value[:os_release.MAX_VALUE_CHARS])
+        return parts[0] if parts else ""
+    except ValueError:
+        return value[:os_release.MAX_VALUE_CHARS].strip().strip("\"'")
+
+
+def _os_release_before(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            out[key.strip()] = _os_release_by_shlex(value)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab 1.\t\r\n\x0b\xa0'\"\\$#=(")), max_size=24))
+def test_os_release_values_read_as_shlex_reads_them(value: str) -> None:
+    """The fast path for plain and whole-quoted values gives what shlex gave, for any value
+    (quotes, backslashes, whitespace shlex does and does not split on, line breaks)."""
+    text = f"K={value}\nID=x\n"
+    assert os_release.parse(text) == _os_release_before(text), value
+
+
+def test_os_release_real_files_read_the_same() -> None:
+    text = ('NAME="Ubuntu"\nVERSION="24.04.1 LTS (Noble Numbat)"\nID=ubuntu\nID_LIKE=debian\n'
+            "PRETTY_NAME='Red Hat Enterprise Linux 9.4 (Plow)'\nVERSION_ID=\"9.4\"\n"
+            'ANSI_COLOR="0;31"\nCPE_NAME="cpe:/o:redhat:enterprise_linux:9::baseos"\n'
+            'HOME_URL="https://www.ubuntu.com/"\nODD="a \\"b\\" c"\nBARE=one two\n')
+    info = os_release.parse(text)
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        assert info[key] == _os_release_by_shlex(value), key
+    assert info["ODD"] == 'a "b" c' and info["BARE"] == "one"

@@ -21,7 +21,10 @@ def data_loader() -> Any:
     when there is one). Nothing else holds that parse, so it is returned as parsed: the same
     values, shared within the document as YAML anchors share them (deepcopy keeps that too).
     The copy was about a third of reading a 128-host YAML inventory (cProfile; 0.2-0.4 ms of
-    CPU per host on the 2-core machine, docs/performance.md)."""
+    CPU per host on the 2-core machine, docs/performance.md). Source: ansible/ansible,
+    lib/ansible/parsing/dataloader.py (``load_from_file``) and
+    lib/ansible/plugins/inventory/yaml.py (``cache='none'``), tag v2.19.14; the test against
+    the installed ansible-core is tests/unit/test_inventory_start.py."""
     global _LOADER_CLASS
     if _LOADER_CLASS is None:
         from ansible.parsing.dataloader import DataLoader

@@ -76,7 +76,13 @@ class _Transport(paramiko.Transport):
       it at once, and :meth:`close` shuts the socket down, which wakes it too.
     * The handshake and the authentication are waited for in TRANSPORT_CHECK_S slices, not
       paramiko's 0.1 s: their completion (or the transport's death) sets the event at once,
-      and the deadlines are kept to the slice's end as paramiko keeps them."""
+      and the deadlines are kept to the slice's end as paramiko keeps them.
+
+    Source of what this rests on: paramiko/paramiko, paramiko/transport.py (``start_client``
+    and ``open_channel`` poll their event every 0.1 s; ``run`` sets the completion, auth and
+    channel events when the transport dies) and paramiko/auth_handler.py
+    (``wait_for_response``), the installed 5.1.0; tests/unit/test_ssh_idle_wakes.py counts
+    the wakes against a real OpenSSH sshd."""
 
     _active_check_timeout = TRANSPORT_CHECK_S
     _preferred_ciphers = PREFERRED_CIPHERS

@@ -106,6 +106,7 @@ class Engine(NodeSteps):
         addresses: Mapping[str, str] | None = None,
         confirm: Callable[[Wave], bool] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        new_run_id: str | None = None,
     ) -> None:
         if not targets:
             raise UsageError("no nodes to roll out to")
@@ -125,6 +126,7 @@ class Engine(NodeSteps):
         self._lock = threading.Lock()
         self.nodes: dict[str, NodeResult] = {}
         self.run_id = ""
+        self._new_run_id = new_run_id  # the id a new (not resumed) run gets
         self._total_failures = 0
         self._changed_since_gate = True
         self._caught: dict[str, str] = {}  # resume: node -> the step it was caught in
@@ -184,7 +186,8 @@ class Engine(NodeSteps):
         )
         args = dict(self.opts.args)
         args["plan"] = plan.to_dict()
-        self.run_id = self.ledger.start_run("rollout", self.fleet, args)
+        self.run_id = self.ledger.start_run("rollout", self.fleet, args,
+                                            run_id=self._new_run_id)
         from provisioner.rollout.state import seed_pending
 
         seed_pending(self.ledger, self.run_id, plan)

@@ -36,10 +36,13 @@ class LedgerWrites(LedgerBase):
     """The ledger's writes (see the module's docstring)."""
 
     # ------------------------------------------------------------------ runs
-    def start_run(self, kind: str, fleet: str, args: Mapping[str, Any] | None = None) -> str:
+    def start_run(self, kind: str, fleet: str, args: Mapping[str, Any] | None = None, *,
+                  run_id: str | None = None) -> str:
+        """A new run, ``running``; ``run_id``: one :func:`new_run_id` made earlier (the
+        rollout's first playbook run, started ahead, carries it in its token)."""
         if kind not in ("verify", "rollout"):
             raise LedgerError(f"unknown run kind {kind!r} (verify or rollout)")
-        run_id = new_run_id()
+        run_id = run_id or new_run_id()
         with self._write() as conn:
             conn.execute(
                 insert(runs).values(

@@ -32,7 +32,7 @@ from provisioner.errors import InventoryError
 # expanded by Ansible before we see them).
 # Each anchored with \Z, never $ (which also matches before a trailing newline, so "n1\n"
 # passed). An address never starts with '-' (ssh would read it as an option).
-_HOSTNAME_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
+HOSTNAME_RE = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.\-]{0,252}\Z")
 _ADDRESS_RE = re.compile(r"\A[A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:\-%\[\]]{0,254}\Z")
 _USER_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.\-]{0,63}\$?\Z")
 _SHELL_META = set(";&|`$<>(){}\n\r\\\"'*?!#~")
@@ -286,7 +286,7 @@ def host_key_problems(inventory: Inventory, shown: int = 3) -> list[str]:
 
 
 def _node_from_vars(name: str, groups: Iterable[str], hostvars: Mapping[str, Any]) -> Node:
-    _check_value(name, "inventory_hostname", name, _HOSTNAME_RE, "host name")
+    _check_value(name, "inventory_hostname", name, HOSTNAME_RE, "host name")
     address = str(hostvars.get("ansible_host") or hostvars.get("ansible_ssh_host") or name)
     _check_value(name, "ansible_host", address, _ADDRESS_RE, "host address")
     port_raw = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port") or 22

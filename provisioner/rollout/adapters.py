@@ -46,13 +46,18 @@ class _Relay:
             target(host, event, task)
 
 
-def _cores() -> int:
+def cores() -> int:
     """The cores this process may run on (its affinity: a cpuset or taskset narrows it)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
 
+
+# provisioner rollout starts its first site playbook run before it has read its inventory,
+# held at a gate until the plan gives it its hosts (AnsibleProvisioner.start_ahead); tests
+# that count ansible-playbook starts, or compare with the rollout before it, turn it off
+START_AHEAD = True
 
 # With this many cores or more, the next wave's held run starts together with the current
 # wave's run (two ansible-playbook starts side by side, each on a core of its own); with
@@ -82,7 +87,7 @@ class AnsibleProvisioner:
         self.inventory = Path(inventory)
         # the next wave's held run starts with the current wave's run (True), or at its first
         # host event (False); None: by the cores (START_TOGETHER_CORES)
-        self.start_together = (_cores() >= START_TOGETHER_CORES if start_together is None
+        self.start_together = (cores() >= START_TOGETHER_CORES if start_together is None
                                else start_together)
         # an FQCN (gdsfleet.gds.site) or a playbook file, given to ansible-playbook as is
         self.playbook = str(playbook)
@@ -104,6 +109,9 @@ class AnsibleProvisioner:
         self._held: dict[int, tuple[Any, _Relay]] = {}
         # a held run asked for, started once the current wave's run is at work: (wave, hosts)
         self._pending: tuple[int, list[str]] | None = None
+        # the first site run, started before its hosts were known (start_ahead)
+        self._ahead: tuple[Any, _Relay] | None = None
+        self.ran = False  # a wave's playbook run went on (not only one dropped at its gate)
 
     def _log(self, fd: int | None, wave: int, kind: str, host: str, event: str,
              task: str) -> None:
@@ -129,6 +137,7 @@ class AnsibleProvisioner:
             # one descriptor for the whole playbook run (O_APPEND, created 0600), not an open
             # and a close per event line
             fd = open_private(self.events_log)
+        self.ran = True
         try:
             for h in hosts:
                 self._log(fd, wave, kind, h, "start", "")
@@ -151,11 +160,15 @@ class AnsibleProvisioner:
                 # the held run has loaded already, or the cores can start both at once
                 pending = False
                 self._launch_pending()
+            res = None
             if held is not None:
                 held[1].target = on_event
                 released = getattr(self.executor, "released", None)
-                res = released(held[0]) if released is not None else held[0].release()
-            else:
+                res = (released(held[0], hosts) if released is not None
+                       else held[0].release(hosts))
+                if not held[0].stood_in(res):
+                    res = None  # started ahead, it never reached its gate: start the wave's
+            if res is None:
                 res = self.executor.run(
                     playbook,
                     self.inventory,
@@ -212,9 +225,35 @@ class AnsibleProvisioner:
                      run_tag=self.run_tag, wave=wave, kind="site")
         self._held[wave] = (held, relay)
 
+    def start_ahead(self) -> bool:
+        """Start the first site playbook run now, before the rollout has read its inventory
+        or planned its waves, held at a gate until :meth:`provision` gives it its hosts
+        (:class:`~provisioner.rollout.prestart.Gate`): ansible-playbook's own start (Python,
+        ansible-core, the inventory) overlaps the rollout's. The first wave that provisions
+        hosts lets it go on; it is dropped, having touched no host, when another run is
+        started first or the rollout stops. False (nothing started) when the executor cannot
+        hold a run (the ssh executor)."""
+        start = getattr(self.executor, "start_ahead", None)
+        if start is None:
+            return False
+        relay = _Relay()
+        held = start(self.playbook, self.inventory, forks=self.forks, extravars=self.extravars,
+                     envvars=self.envvars, private_data_dir=self.private_data_dir,
+                     on_host_event=relay, timeout=self.timeout,
+                     children_lock=self.children_lock, run_tag=self.run_tag)
+        self._ahead = (held, relay)
+        return True
+
+    def drop_ahead(self) -> None:
+        """End the run :meth:`start_ahead` started, if no wave took it."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[0].drop()
+
     def drop_prestarted(self) -> None:
         """End the held runs that were not used (the rollout stopped)."""
         self._pending = None
+        self.drop_ahead()
         held, self._held = self._held, {}
         for run, _relay in held.values():
             run.drop()
@@ -236,6 +275,11 @@ class AnsibleProvisioner:
         for w in [w for w in self._held if w < wave]:
             self._held.pop(w)[0].drop()
         entry = self._held.pop(wave, None)
+        ahead, self._ahead = self._ahead, None  # the first site run's only
+        if entry is None and ahead is not None and ahead[0].matches(hosts):
+            return ahead
+        if ahead is not None:
+            ahead[0].drop()
         if entry is None:
             return None
         if entry[0].matches(hosts):

@@ -14,17 +14,28 @@ the held run exits before its first play, having contacted no host. If the rollo
 FIFO's last writer is gone: the held run reads its end and exits (and its guard, which dies
 with the rollout, kills it anyway).
 
+The first wave's run has no wave before it to overlap, but the rollout's own start (Python,
+its imports, the inventory read, the ledger, the plan: about a second at 500 hosts) came
+before it. So once the fleet lock is held, that run starts at once with :class:`Gate`, before
+the rollout knows which hosts it is for: ansible-playbook loads and reads the inventory, then
+waits in a script that is its last inventory source, and the hosts come in its ``--limit
+@FILE`` when the first wave that provisions begins (the rollout drops it when the run is
+resumed instead, or another run comes first).
+
 What a held run does once released is the run the wave would have started itself: the same
 command, environment and extra vars, under the same guard, with the same events, timeout
 (counted from the release) and outcomes. Only the moment it read the inventory and the
 playbook is earlier: an inventory edited while the previous wave runs applies from the wave
-after.
+after. A run started at a gate has two more things a wave's own run has not: the gate script
+among ansible's inventory sources (``ansible_inventory_sources``; it adds no host or group)
+and its hosts in a limit file instead of on its command line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import tempfile
 import threading
@@ -95,6 +106,91 @@ class Hold:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+_GATE_SCRIPT = """#!/bin/sh
+# gdsfleet: the gate of a playbook run started before the rollout knew its hosts
+# (provisioner/rollout/prestart.py, class Gate). ansible-playbook runs this as the last of its
+# inventory sources; it adds no host. It waits for the rollout's word: g, go on (the rollout
+# has written the --limit file); anything else, or the end of the FIFO, drop: exit 75, and
+# ansible-playbook then stops at its missing --limit file, before any play.
+: > {arrived}
+IFS= read -r word < {fifo} || word=
+if [ "$word" = g ]; then
+  printf '{{"_meta": {{"hostvars": {{}}}}}}\\n'
+  exit 0
+fi
+echo "gdsfleet: this run started ahead was dropped before its first play; no host touched" >&2
+exit 75
+"""
+
+
+class Gate(Hold):
+    """A run started before its hosts are known (the first wave's, while the rollout itself
+    starts: reads its inventory, opens the ledger, plans). ansible-playbook gets two
+    inventory sources, the rollout's and :attr:`script`, and ``--limit @``:attr:`limit_file`.
+    It imports itself and reads the inventory, then runs the script (ansible-core's ``script``
+    inventory plugin, enabled by default), which waits on the FIFO. :meth:`go` writes the
+    hosts into the limit file, then lets the script return; :meth:`drop` ends it.
+
+    The limit file is what keeps every host safe, not the wait: ansible-playbook refuses to
+    run when a ``--limit @FILE`` does not exist (``InventoryManager.subset``, ansible-core),
+    and it exists only once :meth:`go` has written it whole (a rename). Should the script not
+    run (the ``script`` plugin disabled, or a cached inventory), the run either finds the
+    file (it started after :meth:`go`: the released run, as it should be) or stops before any
+    play, without having :attr:`arrived` at the gate; the rollout then starts the wave's run
+    itself (:meth:`reached`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit_file = os.path.join(self._dir, "limit")
+        self._arrived = os.path.join(self._dir, "arrived")
+        self.script = os.path.join(self._dir, "gate")
+        self.on_go: Callable[[Sequence[str]], None] | None = None  # told the hosts first
+        self._was_there = False
+        fd = os.open(self.script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(_GATE_SCRIPT.format(arrived=shlex.quote(self._arrived),
+                                         fifo=shlex.quote(self.path)))
+
+    def env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        return {}  # the wait is the script's: no callback plugin
+
+    @property
+    def arrived(self) -> bool:
+        """Has the run reached the gate (its script ran)? Kept past :meth:`close`."""
+        if not self._was_there:
+            self._was_there = os.path.exists(self._arrived)
+        return self._was_there
+
+    def close(self) -> None:
+        _ = self.arrived  # read before the folder goes
+        super().close()
+
+    def go(self, hosts: Sequence[str] = ()) -> None:  # type: ignore[override]
+        """Write ``hosts`` (names the inventory accepted: no pattern, one per line) into the
+        limit file, then let the run go on (once)."""
+        if self.released_at is not None or self.dropped:
+            return
+        from provisioner.inventory import HOSTNAME_RE  # no pattern, space or newline
+
+        bad = [h for h in hosts if not HOSTNAME_RE.match(h)]
+        if bad or not hosts:
+            raise ValueError(f"a held run's --limit takes plain host names, not {bad[:1]}")
+        if self.on_go is not None:
+            self.on_go(hosts)
+        tmp = self.limit_file + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(hosts) + "\n")
+        os.replace(tmp, self.limit_file)
+        self.released_at = time.monotonic()
+        self._send(b"g\n")
+
+    def drop(self) -> None:
+        if self.released_at is None and not self.dropped:
+            self.dropped = True
+            self._send(b"a\n")
+
+
 class Held:
     """One playbook run in a thread of its own (``start(hold, on_final)`` runs it, e.g.
     :func:`provisioner.rollout.runner.run_playbook` with ``hold=`` and ``on_final=``), for
@@ -108,12 +204,15 @@ class Held:
     object's thread; :meth:`wait` waits for it (the rollout waits for every tail before it
     ends, ``AnsibleProvisioner.settle``)."""
 
-    def __init__(self, hosts: Sequence[str],
+    def __init__(self, hosts: Sequence[str] | None,
                  start: Callable[[Hold | None, Callable[[PlaybookResult], None]],
                                  PlaybookResult], *,
                  name: str = "held-playbook", hold: bool = True) -> None:
-        self.hosts = tuple(hosts)
-        self.hold: Hold | None = Hold() if hold else None
+        # None: started before its hosts were known (a Gate), they come with release()
+        self.hosts = tuple(hosts) if hosts is not None else None
+        self.hold: Hold | None = None
+        if hold:
+            self.hold = Hold() if hosts is not None else Gate()
         self._result: PlaybookResult | None = None
         self._final: PlaybookResult | None = None  # the result at the closing stats
         self._error: BaseException | None = None
@@ -138,17 +237,25 @@ class Held:
         self._ready.set()
 
     def matches(self, hosts: Sequence[str]) -> bool:
-        """Is this the run for ``hosts`` (the same names, in any order)?"""
+        """Is this the run for ``hosts`` (the same names, in any order; any names for a run
+        started before its hosts were known, while it has not ended)?"""
+        if self.hosts is None:
+            from provisioner.inventory import HOSTNAME_RE  # no pattern, space or newline
+
+            return not self.done and bool(hosts) and all(HOSTNAME_RE.match(h) for h in hosts)
         return sorted(self.hosts) == sorted(hosts)
 
-    def release(self) -> PlaybookResult:
+    def release(self, hosts: Sequence[str] = ()) -> PlaybookResult:
         """Let the run go on and wait for its outcomes, as a run started now would be waited
         for: SIGINT/SIGTERM cancel it (the run's guard ends it) and raise
         :class:`provisioner.interrupts.Interrupted` once it is gone. Returns at the run's
-        closing stats when they come (its tail goes on: :meth:`wait`), else at its end."""
+        closing stats when they come (its tail goes on: :meth:`wait`), else at its end.
+        ``hosts``: a run started before its hosts were known runs for these."""
         from provisioner import interrupts
 
-        if self.hold is not None:
+        if isinstance(self.hold, Gate):
+            self.hold.go(hosts)
+        elif self.hold is not None:
             self.hold.go()
         try:
             with interrupts.deferred():
@@ -165,6 +272,13 @@ class Held:
             raise self._error
         assert self._result is not None
         return self._result
+
+    def stood_in(self, result: PlaybookResult) -> bool:
+        """Did this run stand in for the wave's own? Not when it was started before its hosts
+        were known, never reached its gate and never began its playbook (it stopped at its
+        missing limit file, see :class:`Gate`): the wave then starts its run itself."""
+        gate = self.hold
+        return not (isinstance(gate, Gate) and not gate.arrived and result.error is not None)
 
     def wait(self, timeout: float | None = None) -> PlaybookResult | None:
         """Wait (at most ``timeout`` s) for the whole run, its tail included; its result, or

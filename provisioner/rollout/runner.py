@@ -52,7 +52,7 @@ from provisioner.rollout.launch import (
     _scrub_runner_env,
     _write_extravars,
 )
-from provisioner.rollout.prestart import Hold
+from provisioner.rollout.prestart import Gate, Hold
 
 # each run's events come through gdsfleet's own stdout callback (provisioner/rollout/stream/),
 # not ansible-runner's awx_display; False: awx_display (the tests compare the two)
@@ -248,6 +248,11 @@ class EventCollector:
         if self._on_host_event is not None:
             self._on_host_event(host, kind, task)
 
+    def expect(self, hosts: Sequence[str]) -> None:
+        """The run's hosts, when they were not known as it started (prestart.Gate)."""
+        with self._lock:
+            self._hosts = list(hosts)
+
     def outcomes(self) -> dict[str, HostOutcome]:
         with self._lock:
             hosts = list(dict.fromkeys(
@@ -385,7 +390,8 @@ def run_playbook(
     from provisioner.rollout import guard
     from provisioner.rollout.playbooks import FORWARDED_ENV, looks_like_fqcn
 
-    if not hosts:
+    gate = hold if isinstance(hold, Gate) else None  # its hosts come at its release
+    if not hosts and gate is None:
         return PlaybookResult(str(playbook), 0, "successful", {})
     # a collection playbook's FQCN (gdsfleet.gds.site) goes to ansible-playbook as it is
     fqcn = isinstance(playbook, str) and looks_like_fqcn(playbook)
@@ -427,6 +433,8 @@ def run_playbook(
 
     collector = EventCollector(hosts, on_host_event, keep_events=keep_events, sink=event_log,
                                on_stats=stats_in)
+    if gate is not None:
+        gate.on_go = collector.expect
     env = {"ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "True"}
     for key in FORWARDED_ENV:
         if os.environ.get(key):
@@ -452,8 +460,10 @@ def run_playbook(
         kwargs: dict[str, Any] = {
             "private_data_dir": str(pdd),
             "playbook": str(playbook) if fqcn else str(Path(playbook).resolve()),
-            "inventory": str(Path(inventory).resolve()),
-            "limit": ",".join(hosts),
+            # a gate: its script is the last inventory source, the hosts come in a file
+            "inventory": str(Path(inventory).resolve()) if gate is None
+            else [str(Path(inventory).resolve()), gate.script],
+            "limit": ",".join(hosts) if gate is None else f"@{gate.limit_file}",
             "forks": max(1, int(forks)),
             # no "extravars": they are in env/extravars-<ident>, never on the command line
             "envvars": env,

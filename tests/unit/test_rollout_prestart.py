@@ -182,7 +182,7 @@ class _FakeHeld:
     def matches(self, hosts: Sequence[str]) -> bool:
         return sorted(self.hosts) == sorted(hosts)
 
-    def release(self) -> PlaybookResult:
+    def release(self, hosts: Sequence[str] = ()) -> PlaybookResult:
         self.log.append(("release", self.wave, self.hosts))
         assert self.relay is not None
         for h in self.hosts:
@@ -190,6 +190,9 @@ class _FakeHeld:
         return PlaybookResult("p", 0, "successful",
                               {h: HostOutcome(h, HostStatus.CHANGED, ok=1, changed=1)
                                for h in self.hosts})
+
+    def stood_in(self, result: PlaybookResult) -> bool:
+        return True
 
     def drop(self) -> None:
         self.log.append(("drop", self.wave, self.hosts))

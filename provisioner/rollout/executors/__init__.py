@@ -64,11 +64,11 @@ class LocalExecutor:
                           name=f"{kind}-wave-{wave}", hold=False)
         return self.released(run)
 
-    def released(self, run: Held) -> PlaybookResult:
-        """``run.release()``, its tail kept for :meth:`settle`."""
+    def released(self, run: Held, hosts: Sequence[str] = ()) -> PlaybookResult:
+        """``run.release(hosts)``, its tail kept for :meth:`settle`."""
         self._tails = [t for t in self._tails if not t.done]
         self._tails.append(run)
-        return run.release()
+        return run.release(hosts)
 
     def settle(self, timeout: float = 120.0) -> None:
         """Wait for the tails of the runs that returned at their stats (each at most
@@ -91,8 +91,23 @@ class LocalExecutor:
                            children_lock=children_lock, run_tag=run_tag,
                            name=f"held-{kind}-wave-{wave}", hold=True)
 
+    def start_ahead(self, playbook: str, inventory: str | os.PathLike[str], *, forks: int,
+                    extravars: Mapping[str, Any], envvars: Mapping[str, str],
+                    private_data_dir: str | os.PathLike[str] | None,
+                    on_host_event: Callable[[str, str, str], None] | None,
+                    timeout: int | None, children_lock: str | os.PathLike[str] | None,
+                    run_tag: str) -> Held:
+        """:meth:`prestart` before the hosts are known (the first wave's run, while the
+        rollout starts): ``released`` with the hosts gives its result
+        (:class:`~provisioner.rollout.prestart.Gate`)."""
+        return self._start(playbook, inventory, None, forks=forks, extravars=extravars,
+                           envvars=envvars, private_data_dir=private_data_dir,
+                           on_host_event=on_host_event, timeout=timeout,
+                           children_lock=children_lock, run_tag=run_tag,
+                           name="held-site-ahead", hold=True)
+
     @staticmethod
-    def _start(playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str], *,
+    def _start(playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str] | None, *,
                forks: int, extravars: Mapping[str, Any], envvars: Mapping[str, str],
                private_data_dir: str | os.PathLike[str] | None,
                on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
@@ -103,7 +118,7 @@ class LocalExecutor:
 
         def start(hold: Hold | None, on_final: Callable[[PlaybookResult], None]
                   ) -> PlaybookResult:
-            return run_playbook(playbook, inventory, list(hosts), forks=forks,
+            return run_playbook(playbook, inventory, list(hosts or ()), forks=forks,
                                 extravars=extravars, envvars=envvars,
                                 private_data_dir=private_data_dir, on_host_event=on_host_event,
                                 timeout=timeout, children_lock=children_lock, run_tag=run_tag,

@@ -414,124 +414,172 @@ def _fence_earlier_dispatches(ledger: Any, fleet: str, executor: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from provisioner.rollout.lock import fleet_lock
+    from provisioner.store import fleet_id, resolve_ledger  # not the Ledger: no SQLAlchemy yet
+
+    checked = _validate(args)
+    fleet = fleet_id(args.inventory)
+    location = resolve_ledger(args.ledger, args.inventory)
+    from provisioner.rollout.artifacts import scrub_beside_ledger
+
+    scrub_beside_ledger(location)  # what a killed run's artifacts still hold (issue 17)
+    if "://" not in location:
+        state_dir = Path(location).expanduser().resolve().parent / "runner"
+        pdd: Path | None = state_dir
+    else:
+        state_dir, pdd = Path.cwd(), None
+    events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
+    lock = fleet_lock(location, fleet, wait_s=args.wait_lock,
+                      say=lambda text: sys.stderr.write(f"{text}\n"))
+    with lock:
+        # the first wave's playbook run starts now, held at a gate until the plan gives it
+        # its hosts: its start overlaps the inventory read, the ledger and the plan below
+        fresh = pdd is not None and not pdd.exists()
+        ahead = _start_ahead(args, checked, lock, pdd, events_log)
+        try:
+            return _run_locked(args, checked, lock, fleet, location, state_dir, pdd,
+                               events_log, ahead)
+        finally:
+            if ahead is not None:
+                ahead.drop_prestarted()  # no wave took it (refused input, a resumed run)
+                if fresh and not ahead.ran and pdd is not None:
+                    # refused before anything ran: no runner folder is left for nothing
+                    import shutil
+
+                    shutil.rmtree(pdd, ignore_errors=True)
+
+
+def _provisioner(args: argparse.Namespace, checked: dict[str, Any], lock: Any,
+                 pdd: Path | None, events_log: str | None, executor: Any,
+                 run_tag: str = "") -> Any:
+    from provisioner.rollout.adapters import AnsibleProvisioner
+
+    return AnsibleProvisioner(
+        inventory=args.inventory,
+        playbook=checked["playbook"],
+        reboot_playbook=checked["reboot_playbook"],
+        forks=args.max_parallel,
+        envvars=checked["ansible_env"],
+        extravars=checked["extravars"],
+        private_data_dir=pdd,
+        events_log=events_log,
+        timeout=args.playbook_timeout or None,  # 0: no deadline
+        children_lock=lock.children_path,
+        executor=executor,
+        run_tag=run_tag,
+    )
+
+
+def _start_ahead(args: argparse.Namespace, checked: dict[str, Any], lock: Any,
+                 pdd: Path | None, events_log: str | None) -> Any:
+    """The provisioner whose first site playbook run started now, under the id a new run
+    will get (its token names the run); None where no run is started ahead: execution nodes,
+    drain hooks (they may skip a node), a single core (the two starts would compete)."""
+    from provisioner.rollout import adapters
+    from provisioner.store import new_run_id
+
+    if (not adapters.START_AHEAD or checked["executor"] or checked["drain"].drain_cmd
+            or adapters.cores() < 2):
+        return None
+    ahead = _provisioner(args, checked, lock, pdd, events_log, None, run_tag=new_run_id())
+    return ahead if ahead.start_ahead() else None
+
+
+def _run_locked(args: argparse.Namespace, checked: dict[str, Any], lock: Any, fleet: str,
+                location: str, state_dir: Path, pdd: Path | None, events_log: str | None,
+                ahead: Any) -> int:
     from provisioner import interrupts
     from provisioner.inventory import load_inventory
-    from provisioner.rollout.adapters import AnsibleProvisioner
     from provisioner.rollout.engine import Engine, RolloutOptions
-    from provisioner.rollout.lock import fleet_lock
     from provisioner.rollout.progress import (
         make_observer,
         summary_table,
         write_json,
         write_junit,
     )
-    from provisioner.store import Ledger, display_url, fleet_id, resolve_ledger
+    from provisioner.store import Ledger, display_url
 
-    checked = _validate(args)
     inventory = load_inventory(args.inventory, args.limit)
     _refuse_selection_problems(inventory, checked)
     nodes = {n.name: n for n in inventory.nodes}
-    fleet = fleet_id(args.inventory)
-    location = resolve_ledger(args.ledger, args.inventory)
-    from provisioner.rollout.artifacts import scrub_beside_ledger
-
-    scrub_beside_ledger(location)  # what a killed run's artifacts still hold (issue 17)
     verifier = None if args.no_verify else _verifier(args, nodes, checked["sizes"])
+    ledger = Ledger.open(location)
+    try:
+        if not args.quiet:  # the first line names the ledger, as every command's (stderr:
+            # --json -); once open: a ledger that cannot be reached stays one error line
+            from provisioner.store.location import ledger_line
 
-    lock = fleet_lock(location, fleet, wait_s=args.wait_lock,
-                      say=lambda text: sys.stderr.write(f"{text}\n"))
-    with lock:
-        ledger = Ledger.open(location)
+            sys.stderr.write(ledger_line(location) + "\n")
+        if checked["always_provision"] and not args.force and not args.quiet:
+            sys.stderr.write(f"{checked['playbook']}: a change that verification cannot "
+                             "see, so every selected node is provisioned (as with --force), "
+                             "compliant ones too\n")
+        if args.restart:
+            old = ledger.last_unfinished_run("rollout", fleet)
+            if old:
+                ledger.finish_run(old, "abandoned")
+        recorded = {k: v for k, v in vars(args).items()
+                    if not k.startswith("_") and not callable(v)}
+        # secrets never reach the ledger (provisioner.redact): secret-named extra vars,
+        # URL passwords (--ledger), every -e/--extra-var form of the command line
+        from provisioner.redact import display_url as shown_url
+        from provisioner.redact import redact_argv
+        from provisioner.rollout.runner import redact
+
+        shown = redact(checked["extravars"])
+        recorded["extra_var"] = [f"{k}={v}" for k, v in shown.items()]
+        recorded["ledger"] = shown_url(args.ledger) if args.ledger else None
+        recorded["argv"] = redact_argv(sys.argv[1:])
+        options = RolloutOptions(
+            waves=args.waves,
+            max_parallel=args.max_parallel,
+            max_failures=checked["max_failures"],
+            max_total_failures=checked["max_total_failures"],
+            health_threshold=checked["health_threshold"],
+            health_gate=not args.no_health_gate,
+            verify=not args.no_verify,
+            force=args.force or checked["always_provision"],
+            allow_reboot=args.allow_reboot,
+            pause_between_waves=args.pause_between_waves,
+            resume=True,
+            args=recorded,
+        )
+        executor = _make_executor(args, checked, inventory, ledger, state_dir)
+        if not args.restart:
+            _fence_earlier_dispatches(ledger, fleet, executor)
+        provisioner = (ahead if ahead is not None
+                       else _provisioner(args, checked, lock, pdd, events_log, executor))
+        observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
+        engine = Engine(
+            ledger=ledger,
+            fleet=fleet,
+            targets=inventory.names(),
+            provisioner=provisioner,
+            verifier=verifier,
+            options=options,
+            observer=observer,
+            drain=checked["drain"],
+            addresses={n.name: n.address for n in inventory.nodes},
+            confirm=_confirm if args.confirm else None,
+            sleep=interrupts.sleep,  # Ctrl-C during --pause-between-waves stops at once
+            new_run_id=provisioner.run_tag or None,
+        )
         try:
-            if not args.quiet:  # the first line names the ledger, as every command's (stderr:
-                # --json -); once open: a ledger that cannot be reached stays one error line
-                from provisioner.store.location import ledger_line
+            def started(rid: str) -> None:
+                if rid != provisioner.run_tag:
+                    provisioner.drop_ahead()  # resumed: its token names another run
+                provisioner.run_tag = rid
+                lock.set_run_id(rid)  # the lock file names the run (never the command)
 
-                sys.stderr.write(ledger_line(location) + "\n")
-            if checked["always_provision"] and not args.force and not args.quiet:
-                sys.stderr.write(f"{checked['playbook']}: a change that verification cannot "
-                                 "see, so every selected node is provisioned (as with --force), "
-                                 "compliant ones too\n")
-            if args.restart:
-                old = ledger.last_unfinished_run("rollout", fleet)
-                if old:
-                    ledger.finish_run(old, "abandoned")
-            if "://" not in location:
-                state_dir = Path(location).expanduser().resolve().parent / "runner"
-                pdd: Path | None = state_dir
-            else:
-                state_dir, pdd = Path.cwd(), None
-            events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
-            recorded = {k: v for k, v in vars(args).items()
-                        if not k.startswith("_") and not callable(v)}
-            # secrets never reach the ledger (provisioner.redact): secret-named extra vars,
-            # URL passwords (--ledger), every -e/--extra-var form of the command line
-            from provisioner.redact import display_url as shown_url
-            from provisioner.redact import redact_argv
-            from provisioner.rollout.runner import redact
-
-            shown = redact(checked["extravars"])
-            recorded["extra_var"] = [f"{k}={v}" for k, v in shown.items()]
-            recorded["ledger"] = shown_url(args.ledger) if args.ledger else None
-            recorded["argv"] = redact_argv(sys.argv[1:])
-            options = RolloutOptions(
-                waves=args.waves,
-                max_parallel=args.max_parallel,
-                max_failures=checked["max_failures"],
-                max_total_failures=checked["max_total_failures"],
-                health_threshold=checked["health_threshold"],
-                health_gate=not args.no_health_gate,
-                verify=not args.no_verify,
-                force=args.force or checked["always_provision"],
-                allow_reboot=args.allow_reboot,
-                pause_between_waves=args.pause_between_waves,
-                resume=True,
-                args=recorded,
-            )
-            executor = _make_executor(args, checked, inventory, ledger, state_dir)
-            if not args.restart:
-                _fence_earlier_dispatches(ledger, fleet, executor)
-            provisioner = AnsibleProvisioner(
-                inventory=args.inventory,
-                playbook=checked["playbook"],
-                reboot_playbook=checked["reboot_playbook"],
-                forks=args.max_parallel,
-                envvars=checked["ansible_env"],
-                extravars=checked["extravars"],
-                private_data_dir=pdd,
-                events_log=events_log,
-                timeout=args.playbook_timeout or None,  # 0: no deadline
-                children_lock=lock.children_path,
-                executor=executor,
-            )
-            observer = make_observer(quiet=args.quiet, plain=True if args.plain else None)
-            engine = Engine(
-                ledger=ledger,
-                fleet=fleet,
-                targets=inventory.names(),
-                provisioner=provisioner,
-                verifier=verifier,
-                options=options,
-                observer=observer,
-                drain=checked["drain"],
-                addresses={n.name: n.address for n in inventory.nodes},
-                confirm=_confirm if args.confirm else None,
-                sleep=interrupts.sleep,  # Ctrl-C during --pause-between-waves stops at once
-            )
-            try:
-                def started(rid: str) -> None:
-                    provisioner.run_tag = rid
-                    lock.set_run_id(rid)  # the lock file names the run (never the command)
-
-                result = engine.run_with(started)
-            finally:
-                if executor is not None:
-                    executor.close()
-                close = getattr(observer, "close", None)
-                if close is not None:
-                    close()
+            result = engine.run_with(started)
         finally:
-            ledger.close()
+            if executor is not None:
+                executor.close()
+            close = getattr(observer, "close", None)
+            if close is not None:
+                close()
+    finally:
+        ledger.close()
     if not args.quiet:
         summary_table(result, inventory=str(args.inventory))
         sys.stderr.write(f"ledger: {display_url(location)} (run {result.run_id})\n")

@@ -137,7 +137,14 @@ class Gate(Hold):
     run (the ``script`` plugin disabled, or a cached inventory), the run either finds the
     file (it started after :meth:`go`: the released run, as it should be) or stops before any
     play, without having :attr:`arrived` at the gate; the rollout then starts the wave's run
-    itself (:meth:`reached`)."""
+    itself (:meth:`Held.stood_in`).
+
+    Upstream facts this rests on, checked live by tests/unit/test_rollout_start_ahead.py
+    against the installed versions: ansible/ansible ``lib/ansible/inventory/manager.py``
+    (``InventoryManager.subset``: a ``@FILE`` limit that does not exist is an error) and
+    ``lib/ansible/plugins/inventory/script.py`` (an executable source runs with ``--list``)
+    at v2.19.14; ansible/ansible-runner ``src/ansible_runner/config/runner.py`` at 2.4.3 (a
+    list of inventories becomes one ``-i`` each, in order)."""
 
     def __init__(self) -> None:
         super().__init__()

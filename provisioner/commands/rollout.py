@@ -1,10 +1,13 @@
 """``provisioner rollout``: provision the fleet in gated waves (canary first), resumable.
 
-Every input is checked before anything runs (inventory, host pattern, wave spec, budgets,
-hook templates, --confirm without a terminal): bad input exits 64 and touches nothing. Then the
-fleet lock is taken (exit 75 when another rollout holds it), an unfinished run of the same
-fleet is resumed or a new one planned, and the engine walks the waves. Exit codes:
-docs/rollout.md.
+Every input is checked before any node is touched: bad input exits 64 and touches nothing.
+The options (wave spec, budgets, hook templates, --confirm without a terminal, the playbook)
+are checked first; then the fleet lock is taken (exit 75 when another rollout holds it), the
+first wave's playbook run is started, held at a gate until the plan gives it its hosts
+(:mod:`provisioner.rollout.prestart`), and the inventory and host pattern are read and checked
+(refused: that run is dropped before its first play, and a runner folder it made is removed).
+An unfinished run of the same fleet is resumed or a new one planned, and the engine walks the
+waves. Exit codes: docs/rollout.md.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -444,8 +448,6 @@ def run(args: argparse.Namespace) -> int:
                 ahead.drop_prestarted()  # no wave took it (refused input, a resumed run)
                 if fresh and not ahead.ran and pdd is not None:
                     # refused before anything ran: no runner folder is left for nothing
-                    import shutil
-
                     shutil.rmtree(pdd, ignore_errors=True)
 
 

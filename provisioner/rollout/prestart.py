@@ -146,11 +146,14 @@ class Gate(Hold):
     at v2.19.14; ansible/ansible-runner ``src/ansible_runner/config/runner.py`` at 2.4.3 (a
     list of inventories becomes one ``-i`` each, in order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, script_dir: str | os.PathLike[str] | None = None) -> None:
         super().__init__()
         self.limit_file = os.path.join(self._dir, "limit")
         self._arrived = os.path.join(self._dir, "arrived")
-        self.script = os.path.join(self._dir, "gate")
+        # the script goes where the run's guard wrapper goes (the runner's folder): a /tmp
+        # mounted noexec, as hardened hosts have it, would keep it from running
+        where = str(script_dir) if script_dir is not None else self._dir
+        self.script = os.path.join(where, f".gdsfleet-gate-{os.path.basename(self._dir)}.sh")
         self.on_go: Callable[[Sequence[str]], None] | None = None  # told the hosts first
         self._was_there = False
         fd = os.open(self.script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
@@ -170,6 +173,8 @@ class Gate(Hold):
 
     def close(self) -> None:
         _ = self.arrived  # read before the folder goes
+        with contextlib.suppress(OSError):
+            os.unlink(self.script)
         super().close()
 
     def go(self, hosts: Sequence[str] = ()) -> None:  # type: ignore[override]
@@ -214,12 +219,14 @@ class Held:
     def __init__(self, hosts: Sequence[str] | None,
                  start: Callable[[Hold | None, Callable[[PlaybookResult], None]],
                                  PlaybookResult], *,
-                 name: str = "held-playbook", hold: bool = True) -> None:
-        # None: started before its hosts were known (a Gate), they come with release()
+                 name: str = "held-playbook", hold: bool = True,
+                 gate_dir: str | os.PathLike[str] | None = None) -> None:
+        # None: started before its hosts were known (a Gate, its script in gate_dir), they
+        # come with release()
         self.hosts = tuple(hosts) if hosts is not None else None
         self.hold: Hold | None = None
         if hold:
-            self.hold = Hold() if hosts is not None else Gate()
+            self.hold = Hold() if hosts is not None else Gate(gate_dir)
         self._result: PlaybookResult | None = None
         self._final: PlaybookResult | None = None  # the result at the closing stats
         self._error: BaseException | None = None

@@ -54,6 +54,8 @@ def test_a_run_started_ahead_waits_at_its_gate_then_runs_for_the_hosts_it_is_giv
     seen: list[str] = []
     held = _ahead(tmp_path, relay=lambda h, k, t: seen.append(h))
     gate = _gate(held)
+    # its script sits where the run's guard wrapper does (a noexec /tmp would stop it)
+    assert Path(gate.script).parent == tmp_path / "pdd"
     _wait(lambda: gate.arrived, "the run never reached its gate")
     time.sleep(0.5)  # at the gate: a run that went on would have written marks by now
     assert _marks(tmp_path) == {}

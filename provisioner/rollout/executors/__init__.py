@@ -124,4 +124,9 @@ class LocalExecutor:
                                 timeout=timeout, children_lock=children_lock, run_tag=run_tag,
                                 hold=hold, on_final=on_final)
 
-        return Held(hosts, start, name=name, hold=hold)
+        gate_dir = None
+        if hosts is None and private_data_dir is not None:
+            from provisioner.fsutil import private_dir
+
+            gate_dir = private_dir(private_data_dir)  # where the guard wrapper goes too
+        return Held(hosts, start, name=name, hold=hold, gate_dir=gate_dir)

@@ -85,13 +85,16 @@ class Hold:
         """Let the run go on (once)."""
         if self.released_at is None and not self.dropped:
             self.released_at = time.monotonic()
-            self._send(b"g")
+            self._send(self._GO)
+
+    # the words on the FIFO: the hold plugin reads one byte, a Gate's script a line
+    _GO, _DROP = b"g", b"a"
 
     def drop(self) -> None:
         """End the run before its first play (if it has not been let go)."""
         if self.released_at is None and not self.dropped:
             self.dropped = True
-            self._send(b"a")
+            self._send(self._DROP)
 
     def clock(self) -> float:
         """When the run's own time began: its release; now while it is held."""
@@ -161,6 +164,8 @@ class Gate(Hold):
             fh.write(_GATE_SCRIPT.format(arrived=shlex.quote(self._arrived),
                                          fifo=shlex.quote(self.path)))
 
+    _GO, _DROP = b"g\n", b"a\n"
+
     def env(self, environ: Mapping[str, str]) -> dict[str, str]:
         return {}  # the wait is the script's: no callback plugin
 
@@ -195,12 +200,7 @@ class Gate(Hold):
             fh.write("\n".join(hosts) + "\n")
         os.replace(tmp, self.limit_file)
         self.released_at = time.monotonic()
-        self._send(b"g\n")
-
-    def drop(self) -> None:
-        if self.released_at is None and not self.dropped:
-            self.dropped = True
-            self._send(b"a\n")
+        self._send(self._GO)
 
 
 class Held:

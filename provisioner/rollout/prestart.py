@@ -142,8 +142,9 @@ class Gate(Hold):
     play, without having :attr:`arrived` at the gate; the rollout then starts the wave's run
     itself (:meth:`Held.stood_in`).
 
-    Upstream facts this rests on, checked live by tests/unit/test_rollout_start_ahead.py
-    against the installed versions: ansible/ansible ``lib/ansible/inventory/manager.py``
+    Upstream facts this rests on, stated in tests/fixtures/ansible-core/upstream.yml and
+    checked by tests/unit/test_rollout_start_ahead.py against the installed versions:
+    ansible/ansible ``lib/ansible/inventory/manager.py``
     (``InventoryManager.subset``: a ``@FILE`` limit that does not exist is an error) and
     ``lib/ansible/plugins/inventory/script.py`` (an executable source runs with ``--list``)
     at v2.19.14; ansible/ansible-runner ``src/ansible_runner/config/runner.py`` at 2.4.3 (a

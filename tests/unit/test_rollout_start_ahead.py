@@ -266,3 +266,38 @@ def _step_of(tmp: Path, node: str) -> str | None:
     with Ledger.open(tmp / "ledger.sqlite") as led:
         runs = led.runs(kind="rollout")
         return (led.node_steps(runs[0]["id"]).get(node) or {}).get("step") if runs else None
+
+
+# ---------------------------------------------------------------- the upstream facts
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "ansible-core" / "upstream.yml"
+
+
+def test_the_upstream_facts_the_gate_rests_on_hold_for_the_installed_versions(
+        tmp_path: Path) -> None:
+    """tests/fixtures/ansible-core/upstream.yml (ansible-core v2.19.14, ansible-runner 2.4.3),
+    checked against what is installed: a missing @FILE limit is refused, the script plugin is
+    on by default, and ansible-runner keeps a list of inventories in order."""
+    import yaml
+    from ansible import constants as C
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible_runner.config.runner import RunnerConfig
+
+    facts = yaml.safe_load(UPSTREAM.read_text())
+    assert C.config.get_configuration_definitions()["INVENTORY_ENABLED"]["default"] == \
+        facts["inventory_enabled_default"]
+    inv = _inventory(tmp_path)
+    manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
+    with pytest.raises(AnsibleError, match=facts["limit_file_missing"]):
+        manager.subset(f"@{tmp_path / 'no-such-limit'}")
+    (tmp_path / "limit").write_text("h3\nh1\n")
+    manager.subset(f"@{tmp_path / 'limit'}")
+    assert sorted(h.name for h in manager.get_hosts("all")) == ["h1", "h3"]
+    rc = RunnerConfig(private_data_dir=str(tmp_path / "pdd"), playbook="p.yml",
+                      inventory=[str(inv), str(tmp_path / "gate")])
+    rc.prepare()
+    cmd = rc.command
+    at = [i for i, a in enumerate(cmd) if a == "-i"]
+    assert [cmd[i + 1] for i in at] == [str(inv), str(tmp_path / "gate")]

@@ -20,6 +20,8 @@ stats until the process exited), from the times the bench-only callback
     .venv/bin/python bench/bench_overhead.py --hosts 500 2000 --forks 50
     .venv/bin/python bench/bench_overhead.py --hosts 50 --forks 10 --json overhead.json
     .venv/bin/python bench/bench_overhead.py --hosts 500 --forks 50 --repeat 3
+    .venv/bin/python bench/bench_overhead.py --hosts 2000 --turn 1 --json r1.json   # one round
+    .venv/bin/python bench/bench_overhead.py --merge r0.json r1.json r2.json        # the series
 
 ``--repeat N`` runs N rounds, each in another order of the rows, and prints each row's medians
 (a cloud VM's speed drifts between runs by more than the difference measured here).
@@ -234,11 +236,20 @@ def timeline(path: Path, records: list[dict[str, Any]], began: float,
             "after_last_s": ended - runs[-1][1]}
 
 
-def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) -> dict[str, Any]:
+def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1,
+             turn: int = 0) -> dict[str, Any]:
     """The three rows at ``n`` hosts, ``repeat`` rounds; each round runs the rows in another
     order (raw, runner, provisioner; runner, provisioner, raw; ...), so that a machine's drift
-    over the run weighs on every row alike. A row's figures are the medians of its rounds."""
-    rounds = [one_round(root / f"r{i}", n, forks, timeout, i) for i in range(repeat)]
+    over the run weighs on every row alike. A row's figures are the medians of its rounds.
+    ``turn`` is the first round's order (a round run alone, in a call of its own, takes the
+    order its place in the series gives it: see ``--turn`` and ``--merge``)."""
+    rounds = [one_round(root / f"r{i}", n, forks, timeout, turn + i) for i in range(repeat)]
+    return summarize(rounds, n, forks)
+
+
+def summarize(rounds: list[dict[str, Any]], n: int, forks: int) -> dict[str, Any]:
+    """Each row's medians over ``rounds`` (the raw rounds are kept for ``--merge``)."""
+    repeat = len(rounds)
     rows: dict[str, Any] = {}
     for name in ROWS:
         runs = [r["rows"][name] for r in rounds]
@@ -255,7 +266,19 @@ def one_size(root: Path, n: int, forks: int, timeout: float, repeat: int = 1) ->
                               for run, r in zip(runs, rounds, strict=True)]
         rows[name] = row
     return {"hosts": n, "forks": forks, "batches": rounds[0]["batches"], "rounds": repeat,
-            "rows": rows}
+            "rows": rows, "raw_rounds": rounds}
+
+
+def merge(paths: list[str]) -> list[dict[str, Any]]:
+    """The rounds of several ``--json`` files (one size each, e.g. three calls of ``--repeat 1
+    --turn 0/1/2`` on a machine whose calls are limited in time) as one series of rounds."""
+    by_size: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for path in paths:
+        for res in json.loads(Path(path).read_text()):
+            if "raw_rounds" not in res:
+                raise SystemExit(f"{path}: written by an older bench (no raw_rounds)")
+            by_size.setdefault((res["hosts"], res["forks"]), []).extend(res["raw_rounds"])
+    return [summarize(rounds, n, forks) for (n, forks), rounds in sorted(by_size.items())]
 
 
 ROWS = ("raw", "runner", "provisioner")
@@ -331,15 +354,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="rounds of the three rows (order rotated each round); medians printed")
+    ap.add_argument("--turn", type=int, default=0, metavar="K",
+                    help="the first round's order of the rows (0 raw first, 1 runner first, "
+                         "2 provisioner first): a series split over calls keeps its rotation")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="print the table of the rounds of these --json files together "
+                         "(runs nothing)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be 1 or more")
+    if args.merge:
+        merged = merge(args.merge)
+        for res in merged:
+            print_table(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(merged, indent=2) + "\n")
+        return 0
     results = []
     with tempfile.TemporaryDirectory(prefix="gdsfleet-overhead-") as tmp:
         try:
             for n in args.hosts:
                 results.append(one_size(Path(tmp) / f"n{n}", n, args.forks, args.timeout,
-                                        args.repeat))
+                                        args.repeat, args.turn))
         except BenchFailed as exc:
             print(f"BENCH FAILED (no figure): {exc}", file=sys.stderr)
             return 1

@@ -21,6 +21,7 @@ VENV=${VENV:-/tmp/gdsfleet-overhead-venv}
 HOSTS=${HOSTS:-500 2000}
 FORKS=${FORKS:-50}
 REPEAT=${REPEAT:-1}
+TURN=${TURN:-0}  # the first round's order of the rows (a series of rounds split over calls)
 mkdir -p "$OUT"
 probe=$OUT/probe.txt
 {
@@ -48,7 +49,7 @@ fi
 "$VENV/bin/python" -m pip list --format=freeze 2>/dev/null | sed 's/^/## venv: /' >> "$probe"
 
 # shellcheck disable=SC2086  # the list is meant to split
-PYTHONUNBUFFERED=1 "$VENV/bin/python" bench/bench_overhead.py --hosts $HOSTS --forks "$FORKS" --repeat "$REPEAT" \
+PYTHONUNBUFFERED=1 "$VENV/bin/python" bench/bench_overhead.py --hosts $HOSTS --forks "$FORKS" --repeat "$REPEAT" --turn "$TURN" \
   --json "$OUT/overhead.json" 2> "$OUT/progress.txt" | tee "$OUT/table.txt"
 rc=${PIPESTATUS[0]}
 cat "$OUT/progress.txt"

@@ -217,6 +217,49 @@ def test_bench_overhead_repeat_rotates_the_rows_and_prints_medians(
     assert "wall x raw of the same round: [2.2, 0.7, 4.95] (median 2.200)" in out
 
 
+def test_bench_overhead_rounds_split_over_calls_merge_into_the_same_series(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--turn K --json per call, then --merge: the same rotation and the same medians as one
+    --repeat 3 (a GPU machine's call is limited to 10 minutes; one 2,000-host round takes 7)."""
+    mod = _load("bench_overhead")
+
+    def install() -> list[str]:
+        calls: list[str] = []
+        walls = {"raw": iter([10.0, 30.0, 20.0]), "runner": iter([11.0, 12.0, 13.0]),
+                 "provisioner": iter([22.0, 21.0, 99.0])}
+
+        def fake(name: str) -> Any:
+            def run(*a: Any) -> dict[str, float]:
+                calls.append(name)
+                with open(a[4]["GDSFLEET_BENCH_RUSAGE"], "a") as fh:
+                    fh.write('{"pid": 1, "user_s": 0.5, "sys_s": 0.25}\n'
+                             * (3 if name == "provisioner" else 1))
+                return {"wall_s": next(walls[name]), "user_s": 1.0, "sys_s": 1.0}
+            return run
+
+        for name, fn in (("raw", "run_raw"), ("runner", "run_runner"),
+                         ("provisioner", "run_rollout")):
+            monkeypatch.setattr(mod, fn, fake(name))
+        return calls
+
+    calls = install()
+    assert mod.main(["--hosts", "3", "--forks", "2", "--repeat", "3"]) == 0
+    whole = capsys.readouterr().out
+    split = install()
+    files = []
+    for turn in range(3):
+        files.append(str(tmp_path / f"r{turn}.json"))
+        assert mod.main(["--hosts", "3", "--forks", "2", "--turn", str(turn),
+                         "--json", files[-1]]) == 0
+    capsys.readouterr()
+    assert split == calls  # the same order of the rows, round by round
+    assert mod.main(["--merge", *files]) == 0
+    merged = capsys.readouterr().out
+    assert "medians of 3 rounds" in merged
+    assert merged == whole
+
+
 def test_bench_overhead_fails_a_row_without_its_main_process_records(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The main-process CPU column needs each ansible-playbook run's record (a wave's run that

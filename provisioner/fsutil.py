@@ -21,6 +21,13 @@ names and:
   the resolved target would otherwise get around.
 
 Refusals raise :class:`SpecialFileError` (an ``OSError``).
+
+The folders the provisioner writes its own state into (the ledger's folder, the runner folder
+beside it, the project state folder) go through :func:`owned_dir` first: a folder another
+local user owns or can write is refused (:class:`UnsafeFolderError`) before anything is
+written in it, as OpenSSH's ``StrictModes`` refuses such a ``~/.ssh`` (issue 45: a ``runner``
+folder made first by another user let them swap the gate script the rollout runs as root).
+Files in those folders are opened with ``O_NOFOLLOW`` (:func:`open_private`).
 """
 
 from __future__ import annotations
@@ -92,19 +99,92 @@ def private_dir(path: str | os.PathLike[str], *, narrow: bool = False) -> Path:
     return p
 
 
+class UnsafeFolderError(OSError):
+    """A folder :func:`owned_dir` will not write in; the message names it and the fix."""
+
+
+def _who(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _unsafe(path: Path, st: os.stat_result, *, mine: bool) -> str | None:
+    """Why ``path`` (lstat ``st``) is not safe to write in (``mine``: the folder itself, which
+    must be the caller's; else a folder above it, which may also be root's and, with the
+    sticky bit, writable by others: no one can then rename what is not theirs); None if safe.
+    The fix it names never trusts what another user made (no chown of a planted folder)."""
+    me = os.geteuid()
+    mode = stat.S_IMODE(st.st_mode)
+    elsewhere = "or choose a --ledger in a folder of your own"
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{path} is a symbolic link (to {os.readlink(path)}), not followed: remove "
+                f"the link, {elsewhere}")
+    if st.st_uid != me and (mine or st.st_uid != 0):
+        whose = "not by you" if mine else "neither by you nor by root"
+        return (f"{path} is owned by {_who(st.st_uid)}, {whose} ({_who(me)}): that user can "
+                f"put anything in it; choose a --ledger in a folder of your own (or, once you "
+                f"have checked what is in it, remove it or make it yours)")
+    if mode & 0o022 and (mine or not mode & stat.S_ISVTX):
+        fix = (f"make a folder of your own in it (mkdir -m 0700 {path / 'gdsfleet'}) and "
+               f"keep the ledger there" if mode & stat.S_ISVTX
+               else f"chmod go-w {path}, {elsewhere}")
+        return (f"{path} is writable by group or others (mode {mode:04o}): another user can "
+                f"create or swap files in it; {fix}")
+    return None
+
+
+def owned_dir(path: str | os.PathLike[str], *, follow: bool = True) -> Path:
+    """The folder ``path`` (links resolved), checked and created as OpenSSH's ``StrictModes``
+    checks ``~/.ssh``: it must be a real folder owned by the caller that neither group nor
+    others can write; every folder above it must be the caller's or root's, and writable by
+    others only with the sticky bit (``/tmp``). Missing folders are created 0700, each
+    checked once made. Raises :class:`UnsafeFolderError` naming the folder and the fix,
+    before anything is written in it (``NotADirectoryError`` for a file where a folder
+    should be). A folder that passes is returned as it is (never
+    chmod'ed: :func:`private_dir` narrows the provisioner's own). ``follow=False``: the
+    last part is a name the provisioner chose (``runner``): a link there is refused."""
+    p = Path(os.path.abspath(Path(path).expanduser()))
+    real = Path(os.path.realpath(p)) if follow else Path(os.path.realpath(p.parent)) / p.name
+    chain = [*reversed(real.parents), real]
+    for i, cur in enumerate(chain):
+        mine = i == len(chain) - 1
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):  # made meanwhile: checked the same
+                os.mkdir(cur, DIR_MODE)
+            st = os.lstat(cur)
+            mine = True  # a folder it made (or found made just now) must be the caller's
+        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            # not a question of trust: the caller's error for a path that cannot be used
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(cur))
+        why = _unsafe(cur, st, mine=mine)
+        if why is not None:
+            raise UnsafeFolderError(errno.EPERM, why, str(cur))
+    return real
+
+
 def create_private(path: str | os.PathLike[str]) -> bool:
     """Create an empty 0600 file unless it exists; True when it was created."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     except FileExistsError:
         return False
     os.close(fd)
     return True
 
 
-def open_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_APPEND) -> int:
-    """``os.open`` that creates a missing file 0600 (umask-narrowed); returns the fd."""
-    return os.open(path, flags | os.O_CREAT, FILE_MODE)
+def open_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_APPEND, *,
+                 follow: bool = False) -> int:
+    """``os.open`` that creates a missing file 0600 (umask-narrowed); returns the fd. A link
+    is not followed (``O_NOFOLLOW``: ``ELOOP``) unless ``follow`` (a path the operator named,
+    ``--events-log``, ``$GDSFLEET_DEBUG_LOG``)."""
+    nofollow = 0 if follow else os.O_NOFOLLOW
+    return os.open(path, flags | os.O_CREAT | nofollow, FILE_MODE)
 
 
 def append_private(path: str | os.PathLike[str], text: str) -> None:
@@ -250,7 +330,7 @@ def current_umask() -> int:
     return old
 
 
-__all__ = ["DIR_MODE", "FILE_MODE", "SpecialFileError", "append_private", "create_private",
-           "current_umask", "is_project_state_dir", "narrow_owned", "open_private", "private_dir",
-           "project_state_dir", "resolve_output", "write_atomic",
-           "write_private"]
+__all__ = ["DIR_MODE", "FILE_MODE", "SpecialFileError", "UnsafeFolderError", "append_private",
+           "create_private", "current_umask", "is_project_state_dir", "narrow_owned",
+           "open_private", "owned_dir", "private_dir", "project_state_dir", "resolve_output",
+           "write_atomic", "write_private"]

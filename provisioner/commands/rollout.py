@@ -424,21 +424,18 @@ def run(args: argparse.Namespace) -> int:
     checked = _validate(args)
     fleet = fleet_id(args.inventory)
     location = resolve_ledger(args.ledger, args.inventory)
-    from provisioner.rollout.artifacts import scrub_beside_ledger
+    from provisioner.rollout.artifacts import prepare_runner
 
-    scrub_beside_ledger(location)  # what a killed run's artifacts still hold (issue 17)
-    if "://" not in location:
-        state_dir = Path(location).expanduser().resolve().parent / "runner"
-        pdd: Path | None = state_dir
-    else:
-        state_dir, pdd = Path.cwd(), None
+    # the ledger's and the runner folder are the caller's alone before anything is written in
+    # them (issue 45); what a killed run's artifacts still hold is scrubbed (issue 17)
+    pdd, fresh = prepare_runner(location)
+    state_dir = pdd if pdd is not None else Path.cwd()
     events_log = args.events_log or (str(state_dir / "events.jsonl") if pdd else None)
     lock = fleet_lock(location, fleet, wait_s=args.wait_lock,
                       say=lambda text: sys.stderr.write(f"{text}\n"))
     with lock:
         # the first wave's playbook run starts now, held at a gate until the plan gives it
         # its hosts: its start overlaps the inventory read, the ledger and the plan below
-        fresh = pdd is not None and not pdd.exists()
         ahead = _start_ahead(args, checked, lock, pdd, events_log)
         try:
             return _run_locked(args, checked, lock, fleet, location, state_dir, pdd,

@@ -250,12 +250,13 @@ def run(args: argparse.Namespace) -> int:
     location: str | None = None
     if not args.no_ledger:
         location = resolve_ledger(args.ledger, None if args.local else args.inventory)
+        from provisioner.rollout.artifacts import scrub_artifacts, secure_beside_ledger
         from provisioner.store import Ledger  # SQLAlchemy only when recording
 
+        # the ledger's and the runner folder: the caller's alone, before a write (issue 45)
+        runner = secure_beside_ledger(location, create_runner=False)
         ledger = Ledger.open(location)
-        from provisioner.rollout.artifacts import scrub_beside_ledger
-
-        scrub_beside_ledger(location)  # what a killed rollout's artifacts still hold
+        scrub_artifacts(runner)  # what a killed rollout's artifacts still hold
     recorded = {
         k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)
     }

@@ -135,8 +135,9 @@ class AnsibleProvisioner:
 
             private_dir(self.events_log.parent)
             # one descriptor for the whole playbook run (O_APPEND, created 0600), not an open
-            # and a close per event line
-            fd = open_private(self.events_log)
+            # and a close per event line; in the runner folder a link is never followed
+            named = self.events_log.parent != self.private_data_dir  # --events-log FILE
+            fd = open_private(self.events_log, follow=named)
         self.ran = True
         try:
             for h in hosts:

@@ -49,15 +49,15 @@ def _guard_wrapper(pdd: Path, children_lock: str | os.PathLike[str] | None,
     path = pdd / f".gdsfleet-guard-{os.getpid()}-{threading.get_ident()}.sh"
     name = (f"ANSIBLE_STDOUT_CALLBACK={shlex.quote(stdout_callback)}\n"
             "export ANSIBLE_STDOUT_CALLBACK\n") if stdout_callback else ""
-    path.write_text(
-        "#!/bin/sh\n"
-        + name +
-        # -I -S: the guard is stdlib only; no site-packages to scan before the playbook starts
-        f"exec {shlex.quote(sys.executable)} -I -S {shlex.quote(guard.__file__)} "
-        f"{shlex.quote(lock)} {shlex.quote(real)} \"$@\"\n",
-        encoding="utf-8",
-    )
-    path.chmod(0o700)
+    text = ("#!/bin/sh\n" + name +
+            # -I -S: the guard is stdlib only; no site-packages to scan before the playbook
+            f"exec {shlex.quote(sys.executable)} -I -S {shlex.quote(guard.__file__)} "
+            f"{shlex.quote(lock)} {shlex.quote(real)} \"$@\"\n")
+    # never through a link (issue 45); 0700 from the start, never readable by anyone else
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o700)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fh.fileno(), 0o700)
+        fh.write(text)
     return path
 
 

@@ -26,14 +26,30 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from provisioner.errors import LedgerError
-from provisioner.fsutil import create_private, is_project_state_dir, narrow_owned, private_dir
+from provisioner.errors import LedgerError, UsageError
+from provisioner.fsutil import (
+    UnsafeFolderError,
+    create_private,
+    is_project_state_dir,
+    narrow_owned,
+    owned_dir,
+    private_dir,
+)
 from provisioner.store.location import ENV_LEDGER, display_url
 from provisioner.store.schema import check_complete, migrate, schema_version
 
 BUSY_TIMEOUT_MS = 30_000
 
 _L = TypeVar("_L", bound="LedgerBase")
+
+
+def _owned_folder(folder: Path) -> None:
+    """The folder a SQLite ledger is written in: the caller's alone (``fsutil.owned_dir``),
+    or refused (exit 64) before its file, ``-wal`` or lock is made there."""
+    try:
+        owned_dir(folder)
+    except UnsafeFolderError as exc:
+        raise UsageError(f"refusing to write the ledger: {exc.strerror}") from None
 
 
 class LedgerBase:
@@ -66,8 +82,8 @@ class LedgerBase:
                 url = make_url(target)
             else:
                 path = Path(target).expanduser()
-                if not read_only:
-                    private_dir(path.parent)  # a folder it creates is 0700
+                if not read_only:  # the caller's alone, a folder it creates 0700 (issue 45)
+                    _owned_folder(path.resolve().parent)
                 url = make_url(f"sqlite:///{path.resolve()}")
             database = str(url.database or "")
             if (url.get_backend_name() == "sqlite" and not read_only and database

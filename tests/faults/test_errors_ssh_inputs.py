@@ -90,7 +90,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Any]:
     def make(size: str, name: str = "mnt") -> Path:
         d = tmp_path / name
         d.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+        # mode=0700: a tmpfs is 1777 by default, a ledger folder the provisioner refuses
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                            str(d)],
                            capture_output=True, text=True)
         if r.returncode:
             pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")

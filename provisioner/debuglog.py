@@ -3,7 +3,10 @@
 An unexpected error (a bug) is reported on stderr in one line that names this file; the full
 traceback is appended to ``$XDG_STATE_HOME/gdsfleet/debug.log`` (default
 ``~/.local/state/gdsfleet/debug.log``; ``$GDSFLEET_DEBUG_LOG`` overrides the path). The file is
-created 0600 in a 0700 directory, because a traceback can carry arguments and paths.
+created 0600 in a 0700 directory, because a traceback can carry arguments and paths. The
+default folder must be the caller's alone and the file is never reached through a link (issue
+45: under ``sudo`` with another user's ``$HOME``, a planted ``debug.log`` link would have had
+root append to any file); otherwise nothing is written and the one line says so.
 """
 
 from __future__ import annotations
@@ -37,13 +40,16 @@ def write_traceback(context: str, exc: BaseException | None = None) -> str | Non
     else:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    from provisioner.fsutil import open_private, private_dir
+    from provisioner.fsutil import open_private, owned_dir, private_dir
     from provisioner.redact import redact_text
 
     entry = redact_text(f"--- {stamp} pid {os.getpid()}: {context}\n{text}\n")
+    named = bool(os.environ.get(ENV_DEBUG_LOG))
     try:
+        if not named:  # the project's state folder: the caller's alone, no link followed
+            owned_dir(path.parent)
         private_dir(path.parent)
-        fd = open_private(path)
+        fd = open_private(path, follow=named)
         try:
             mode = os.fstat(fd).st_mode & 0o777
             if mode & 0o077:  # an older log made wider: narrow it, never widen

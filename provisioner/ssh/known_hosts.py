@@ -28,14 +28,28 @@ _FILE_LOCK = threading.Lock()
 def add_known_host(path: str, hostname: str, key: paramiko.PKey) -> None:
     """Append ``hostname key`` to a known_hosts file (locked; safe from parallel workers),
     created 0600 in a folder created 0700."""
-    from provisioner.fsutil import is_project_state_dir, narrow_owned, open_private, private_dir
+    from provisioner.fsutil import (
+        UnsafeFolderError,
+        is_project_state_dir,
+        narrow_owned,
+        open_private,
+        owned_dir,
+        private_dir,
+    )
 
     p = Path(path).expanduser()
+    ours = is_project_state_dir(p.parent)
+    if ours:  # the project's state folder: the caller's alone, no link followed (issue 45)
+        try:
+            owned_dir(p.parent)
+        except UnsafeFolderError as exc:
+            raise HostKeyError(f"not adding the host key of {hostname}: {exc.strerror}"
+                               ) from None
     private_dir(p.parent)  # 0700 when created (the project's state folder: always narrowed)
-    if is_project_state_dir(p.parent):
+    if ours:
         narrow_owned(p)  # an older version's 0644 file
     line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-    fd = open_private(p)  # created 0600, appended
+    fd = open_private(p, follow=not ours)  # created 0600, appended
     with _FILE_LOCK, open(fd, "a", encoding="ascii") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

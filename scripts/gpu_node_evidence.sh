@@ -63,11 +63,14 @@ date -u +%s.%N > "$ev/takeover-started.txt"
 cp /tmp/gdsfleet-old-work.end "$ev/takeover-old-work-end.txt" 2>/dev/null
 cp /run/gdsfleet/site-lock.log "$ev/site-lock.log" 2>/dev/null
 
+# the ledger in a folder of its own, 0700: the provisioner refuses one that others can write
+# (/tmp itself: issue 45)
+ledger_dir=$(mktemp -d)
 iodir=/var/tmp/gdsfleet-io
 mkdir -p "$iodir"
 echo "## provisioner verify --local --io-size 64M --io-path $iodir --details" > "$ev/verify-local.txt"
 python3 -m provisioner.cli verify --local --io-size 64M --io-path "$iodir" --details \
-  --json "$ev/verify-local.json" --ledger /tmp/gdsfleet-ledger.sqlite >> "$ev/verify-local.txt" 2>&1
+  --json "$ev/verify-local.json" --ledger "$ledger_dir/ledger.sqlite" >> "$ev/verify-local.txt" 2>&1
 echo "[exit $?]" >> "$ev/verify-local.txt"
 echo "== verify-local: $(tail -n 1 "$ev/verify-local.txt")"
 rm -rf "$iodir"

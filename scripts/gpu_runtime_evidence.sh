@@ -102,11 +102,14 @@ env -u PYTHONPATH /opt/gdsfleet/venv/bin/python -m pip list --disable-pip-versio
 run_play refuse-missing-package -e '{"__verify_runtime_os_packages": {"Debian": ["python3-venv", "gdsfleet-no-such-package"], "RedHat": []}}'
 run_play refuse-python -e verify_runtime_python=/usr/bin/python3.10
 
+# the ledger in a folder of its own, 0700: the provisioner refuses one that others can write
+# (/tmp itself: issue 45)
+ledger_dir=$(mktemp -d)
 iodir=/var/tmp/gdsfleet-io
 mkdir -p "$iodir"
 echo "## provisioner verify --local --io-size 1G --io-path $iodir --details" > "$ev/verify-local.txt"
 python3 -m provisioner.cli verify --local --io-size 1G --io-path "$iodir" --details \
-  --json "$ev/verify-local.json" --ledger /tmp/gdsfleet-ledger.sqlite >> "$ev/verify-local.txt" 2>&1
+  --json "$ev/verify-local.json" --ledger "$ledger_dir/ledger.sqlite" >> "$ev/verify-local.txt" 2>&1
 echo "[exit $?]" >> "$ev/verify-local.txt"
 echo "== verify-local: $(tail -n 1 "$ev/verify-local.txt")"
 # the node I/O script itself, 64 MiB, from the role's venv: as verify runs it (host libcufile
@@ -129,7 +132,7 @@ if ls .devcarry/mismatch/*.whl >/dev/null 2>&1; then
       .devcarry/mismatch/*.whl 2>&1
     echo "## provisioner verify --local --io-size 64M --io-path $iodir --details"
     python3 -m provisioner.cli verify --local --io-size 64M --io-path "$iodir" --details \
-      --json "$ev/verify-mismatch.json" --ledger /tmp/gdsfleet-ledger.sqlite 2>&1
+      --json "$ev/verify-mismatch.json" --ledger "$ledger_dir/ledger.sqlite" 2>&1
     echo "[exit $?]"
   } > "$ev/verify-mismatch.txt"
   echo "== verify-mismatch: $(grep -E 'io.libcufile' "$ev/verify-mismatch.txt" | head -n 1 | cut -c1-200)"

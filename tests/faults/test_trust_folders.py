@@ -241,3 +241,42 @@ def test_open_private_never_follows_a_link(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         open_private(tmp_path / "log")
     assert victim.read_text() == "x"
+
+
+# ------------------------------------------------------------ the project state folder
+def test_the_debug_log_never_follows_a_planted_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the traceback was appended to the link's target (a root command run with
+    another user's ``XDG_STATE_HOME`` appended to any file that user pointed at)."""
+    from provisioner.debuglog import write_traceback
+
+    state = tmp_path / "state"
+    (state / "gdsfleet").mkdir(parents=True, mode=0o700)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("x\n")
+    (state / "gdsfleet" / "debug.log").symlink_to(victim)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.delenv("GDSFLEET_DEBUG_LOG", raising=False)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as exc:
+        assert write_traceback("test", exc) is None  # not written, and the caller says so
+    assert victim.read_text() == "x\n"
+
+
+@needs_root
+def test_a_host_key_is_not_added_in_a_state_folder_of_another_user(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import paramiko
+
+    from provisioner.errors import HostKeyError
+    from provisioner.ssh import add_known_host
+
+    state = tmp_path / "state"
+    (state / "gdsfleet").mkdir(parents=True)
+    os.chown(state / "gdsfleet", _nobody(), _nobody())
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    key = paramiko.ECDSAKey.generate()
+    with pytest.raises(HostKeyError, match="not by you"):
+        add_known_host(str(state / "gdsfleet" / "known_hosts"), "node01", key)
+    assert _tree(state / "gdsfleet") == []

@@ -64,7 +64,10 @@ from provisioner.rollout.executors.stream import (  # noqa: F401 - importable fr
     MAX_LINE,
     Dispatch,
     DispatchLedger,
+    Watchdog,
     _BoundedReader,
+    _kill,
+    _shown,
 )
 from provisioner.rollout.launch import _DROPPED_ENV
 from provisioner.rollout.runner import (
@@ -419,6 +422,7 @@ class SshExecutor:
                 if private_data_dir else None
             proc: subprocess.Popen[bytes] | None = None
             reader: _BoundedReader | None = None
+            watchdog = Watchdog(None, lambda: None)  # the real one once ssh has started
 
             def cut(_reason: str) -> None:
                 # past a bound on what the worker sends: its stream is cut here and now
@@ -464,6 +468,8 @@ class SshExecutor:
                 assert proc.stdin is not None and proc.stdout is not None  # noqa: S101
                 with self._procs_lock:
                     self._procs.add(proc)
+                ssh_proc = proc  # the coordinator's own deadline: ssh killed then (issue 45)
+                watchdog = Watchdog(record.deadline_at, lambda: _kill(ssh_proc))
                 err_chunks: list[bytes] = []
 
                 def drain_stderr() -> None:
@@ -515,6 +521,7 @@ class SshExecutor:
                 t_err.join(5)
                 stderr_tail = b"".join(err_chunks)[-2000:]
             finally:
+                watchdog.cancel()
                 with self._procs_lock:
                     self._procs.discard(proc)  # type: ignore[arg-type]
                 if proc is not None and proc.poll() is None:
@@ -541,9 +548,11 @@ class SshExecutor:
             why = _shown(stderr_tail)
             if reader is not None and reader.refused:
                 why = f"its stream was refused: {reader.refused}" + (f"; {why}" if why else "")
-            if collector.overflow is not None:
-                msg = (f"execution node {node.name} sent {collector.overflow}; its stream was "
-                       f"cut and the shard is lost")
+            ended = collector.overflow or (watchdog.reason(node.name) if watchdog.passed
+                                           and not collector.saw_stats else None)
+            if ended is not None:  # cut here: too much sent, or still sending at the deadline
+                msg = (f"execution node {node.name} sent {ended}; its stream was cut and the "
+                       f"shard is lost") if collector.overflow is not None else ended
                 outcomes = {h: HostOutcome(h, HostStatus.LOST, message=msg) for h in shard}
                 state = "lost"
             elif not collector.saw_stats and not worker_ran:
@@ -585,8 +594,8 @@ class SshExecutor:
             counts: dict[str, int] = {}
             for o in outcomes.values():
                 counts[o.status.value] = counts.get(o.status.value, 0) + 1
-            if collector.overflow is not None:
-                self.mark(record, state, ssh_rc=rc, outcomes=counts, reason=collector.overflow)
+            if ended is not None:
+                self.mark(record, state, ssh_rc=rc, outcomes=counts, reason=ended)
             else:
                 self.mark(record, state, ssh_rc=rc, outcomes=counts)
             final = worker_status[-1] if worker_status else "error"
@@ -598,18 +607,3 @@ class SshExecutor:
                 self.mark(record, "error", error=type(exc).__name__)
             record.state = "error"
             raise
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    import signal
-
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _shown(raw: bytes) -> str:
-    from provisioner.redact import redact_text
-    from provisioner.sanitize import printable
-
-    text = raw.decode("utf-8", "replace").strip().splitlines()
-    return printable(redact_text(" ".join(text[-3:])))[:400]

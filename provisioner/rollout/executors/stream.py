@@ -1,7 +1,8 @@
 """The byte stream between the coordinator and an ssh executor's worker, and the dispatch
 record (the ledger's ``dispatches`` row) each shard is sent under.
 
-:class:`_BoundedReader` bounds what ansible-runner's Processor reads from an execution node;
+:class:`_BoundedReader` bounds what ansible-runner's Processor reads from an execution node
+and :class:`Watchdog` how long (the coordinator's own deadline: ssh killed then);
 :class:`Dispatch` and :class:`DispatchLedger` are what the executor writes to the ledger,
 whose states are documented in docs/scale.md (``dispatching``, ``running``, then ``done``,
 ``failed``, ``lost``, ``unreachable`` or ``error``; a lost shard then ``fenced`` or
@@ -10,8 +11,14 @@ whose states are documented in docs/scale.md (``dispatching``, ``running``, then
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,6 +106,52 @@ class _BoundedReader:
     def closed(self) -> bool:
         return bool(self._raw.closed)
 
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _shown(raw: bytes) -> str:
+    from provisioner.redact import redact_text
+    from provisioner.sanitize import printable
+
+    text = raw.decode("utf-8", "replace").strip().splitlines()
+    return printable(redact_text(" ".join(text[-3:])))[:400]
+
+
+class Watchdog:
+    """The coordinator's own wall-clock bound on one dispatch (issue 45): at ``at``
+    (``time.time()``, the dispatch's deadline) ``kill`` runs once and :attr:`passed` is set.
+
+    The execution node's ``timeout`` and sweep stop an honest worker by then; this bound holds
+    whatever the node does: a worker that detaches and sends keepalives for ever, or an
+    archive header followed by endless base64, ends the stream here when ssh is killed (the
+    reader then sees its end). ``at`` None (``--playbook-timeout 0``): no bound, as asked."""
+
+    def __init__(self, at: float | None, kill: Callable[[], None]) -> None:
+        self.at = at
+        self.passed = False
+        self._kill = kill
+        self._timer: threading.Timer | None = None
+        if at is not None:
+            self._timer = threading.Timer(max(0.0, at - time.time()), self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.passed = True
+        self._kill()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def reason(self, node: str) -> str:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at or 0))
+        return (f"execution node {node} was still streaming at the shard's deadline ({when}): "
+                f"the coordinator killed its ssh and the shard is lost")
 
 
 @dataclass

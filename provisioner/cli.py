@@ -18,6 +18,7 @@ from provisioner.commands import COMMANDS
 from provisioner.debuglog import report_internal
 from provisioner.errors import ProvisionerError
 from provisioner.exitcodes import Exit
+from provisioner.identifiers import protect_static, warning
 from provisioner.redact import forget_all, redact_text, register_argv
 from provisioner.sanitize import printable
 
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_all()
     words = list(sys.argv[1:] if argv is None else argv)
     register_argv(list(words), os.environ)
+    protect_static()  # a secret spelled like a check id or a label is never masked (issue 45)
     _warn_refused_secrets()
     # the first word that is not an option names the command (the top level's only options,
     # -h and --version, take no value)
@@ -141,11 +143,7 @@ def _warn_refused_secrets() -> None:
     from provisioner.redact import refusals
 
     for source, reason in refusals():
-        print(printable(
-            f"provisioner: warning: {source} is not masked in free text: {reason}; it is "
-            f"still hidden where it is a URL password or a secret-named field's value, but "
-            f"an error message quoting it would show it: use a longer, uncommon secret"),
-            file=sys.stderr)
+        print(printable(warning(source, reason)), file=sys.stderr)
 
 
 def console_main() -> int:

@@ -93,6 +93,8 @@ REPORT_WORDS = frozenset({
     "gdsfleet",
 })
 _REFUSED: list[tuple[str, str]] = []
+_IDENTIFIERS: set[str] = set()  # never masked, nor anything inside them (identifiers.py)
+_ORIGIN: dict[str, tuple[str, str | None]] = {}  # registered form -> (value, its source)
 # settings, never secrets, whatever the variable is called (TOKENIZERS_PARALLELISM=false,
 # HF_HUB_DISABLE_TOKEN=1, ANSIBLE_HOST_KEY_CHECKING=False): masking them would hide every
 # "false" of a report
@@ -249,6 +251,8 @@ def free_text_refusal(value: str) -> str | None:
                 f"masked in free text without masking ordinary words)")
     if v.lower() in REPORT_WORDS or v.lower() in _NOT_SECRET_VALUES:
         return "it is a word every report is made of (a key, a status or a verdict)"
+    if any(v.lower() in n for n in _IDENTIFIERS):
+        return "it is an identifier the outputs carry (a check id, a node or label name)"
     return None
 
 
@@ -282,6 +286,7 @@ def register(value: Any, source: str | None = None) -> None:
         for v in forms:
             if len(v) >= _MIN_REGISTERED:
                 _VALUES.add(v)
+                _ORIGIN.setdefault(v, (value, source))
 
 
 def registered() -> frozenset[str]:
@@ -298,8 +303,8 @@ def refusals() -> list[tuple[str, str]]:
 def forget_all() -> None:
     """Empty the registry (tests)."""
     with _VALUES_LOCK:
-        _VALUES.clear()
-        _REFUSED.clear()
+        for registry in (_VALUES, _REFUSED, _IDENTIFIERS, _ORIGIN):
+            registry.clear()
 
 
 def secrets_in_text(text: str) -> list[str]:
@@ -660,35 +665,10 @@ def redact_document(doc: Any) -> Any:
 
 
 __all__ = [
-    "BIG",
-    "ENUM_FIELDS",
-    "MASK",
-    "MAX_DEPTH",
-    "MIN_FREE_TEXT",
-    "REDACTED",
-    "REPORT_WORDS",
-    "document_keys",
-    "field_kind",
-    "mask_whole",
-    "free_text_refusal",
-    "refusals",
-    "too_deep",
-    "display_url",
-    "forget_all",
-    "is_secret_env",
-    "is_secret_name",
-    "looks_secret",
-    "mask_spans",
-    "mask_url_password",
-    "redact_argv",
-    "redact_document",
-    "redact_known",
-    "redact_mapping",
-    "redact_text",
-    "register",
-    "register_argv",
-    "register_mapping",
-    "registered",
-    "url_password",
-    "url_password_spans",
+    "BIG", "ENUM_FIELDS", "MASK", "MAX_DEPTH", "MIN_FREE_TEXT", "REDACTED", "REPORT_WORDS",
+    "document_keys", "field_kind", "mask_whole", "free_text_refusal", "refusals",
+    "too_deep", "display_url", "forget_all", "is_secret_env", "is_secret_name",
+    "looks_secret", "mask_spans", "mask_url_password", "redact_argv", "redact_document",
+    "redact_known", "redact_mapping", "redact_text", "register", "register_argv",
+    "register_mapping", "registered", "url_password", "url_password_spans"
 ]

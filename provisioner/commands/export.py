@@ -257,6 +257,9 @@ def _select(args: argparse.Namespace) -> tuple[list[str], dict[str, Mapping[str,
     from provisioner.inventory import load_inventory
 
     inv = load_inventory(args.inventory, limit)
+    from provisioner.identifiers import protect
+
+    protect(inv.names(), "a node name")  # never masked in any output (issue 45)
     by_name = {n.name: n.vars for n in inv.nodes}
     if not nodes:
         return inv.names(), by_name

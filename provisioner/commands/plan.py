@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_path("--json", args.json)
     inventory = load_inventory(args.inventory, args.limit)
+    from provisioner.identifiers import protect
+
+    protect(inventory.names(), "a node name")  # never masked in any output (issue 45)
     from provisioner.errors import InventoryError
     from provisioner.inventory import host_key_problems
 

@@ -488,6 +488,7 @@ def _run_locked(args: argparse.Namespace, checked: dict[str, Any], lock: Any, fl
                 location: str, state_dir: Path, pdd: Path | None, events_log: str | None,
                 ahead: Any) -> int:
     from provisioner import interrupts
+    from provisioner.identifiers import protect
     from provisioner.inventory import load_inventory
     from provisioner.rollout.engine import Engine, RolloutOptions
     from provisioner.rollout.progress import (
@@ -499,6 +500,7 @@ def _run_locked(args: argparse.Namespace, checked: dict[str, Any], lock: Any, fl
     from provisioner.store import Ledger, display_url
 
     inventory = load_inventory(args.inventory, args.limit)
+    protect(inventory.names(), "a node name")  # never masked in any output (issue 45)
     _refuse_selection_problems(inventory, checked)
     nodes = {n.name: n for n in inventory.nodes}
     verifier = None if args.no_verify else _verifier(args, nodes, checked["sizes"])

@@ -20,6 +20,7 @@ from provisioner import interrupts
 from provisioner.errors import ConnectError, LedgerError, UsageError
 from provisioner.exitcodes import Exit
 from provisioner.fleet import DEFAULT_PARALLEL, HostResult, run_parallel
+from provisioner.identifiers import protect
 from provisioner.reports import write_json, write_junit
 from provisioner.reports.model import RESULT_COMPLIANT, build_report, exit_code, node_result
 from provisioner.reports.terminal import render
@@ -228,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         inventory = load_inventory(args.inventory, args.limit)
         items = list(inventory.nodes)
         names = inventory.names()
+    protect(names, "a node name")  # never masked in any output (issue 45)
+    if not args.local:
         simulated = {n.name for n in inventory.nodes if n.simulated}
         fleet = fleet_id(args.inventory)
         t = args.connect_timeout

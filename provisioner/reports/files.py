@@ -75,7 +75,13 @@ def safe_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     ``MAX_DEPTH``; NaN, infinities and integers past ``BIG`` null), each distinct string
     masked once. A fleet's report repeats most of its strings node after node (every key,
     check id, expected value and fix), and masking them one by one was most of what writing
-    a 64-node report cost."""
+    a 64-node report cost. Its node names, check ids and the metric names are identifiers
+    no secret may mask (:mod:`provisioner.identifiers`, issue 45)."""
+    from provisioner.identifiers import protect, protect_document
+    from provisioner.reports.prom import METRICS
+
+    protect_document(doc)
+    protect(METRICS, "a metric name")
     from provisioner.redact import (
         BIG,
         MAX_DEPTH,

@@ -53,7 +53,8 @@ with open(pidfile, "w") as fh:
 out = sys.stdout.buffer
 end = time.monotonic() + limit
 try:
-    out.write(b'{"status": "starting", "runner_ident": "x", "command": [], "env": {}, "cwd": "/"}\n')
+    out.write(b'{"status": "starting", "runner_ident": "x", "command": [], "env": {}, '
+              b'"cwd": "/"}\n')
     if mode == "archive":
         out.write(b'{"zipfile": 1000000000000}\n')
     while time.monotonic() < end:

@@ -133,7 +133,8 @@ def rollout_argv(root: Path, targets: Path, exec_inv: Path, ledger: Path,
             "--playbook", str(root / play), "--no-verify", "--waves", "100%",
             "--ledger", str(ledger), "--known-hosts", str(root / "known_hosts"),
             "--ssh-config", "none", "-q", "--executor", "ssh",
-            "--exec-inventory", str(exec_inv), "--forks-per-exec-node", str(forks)]
+            "--exec-inventory", str(exec_inv), "--forks-per-exec-node", str(forks),
+            "--allow-local-connection"]  # the targets are ansible_connection: local
 
 
 def run_coordinator(argv: list[str], env: dict[str, str], log: Path,

@@ -184,7 +184,9 @@ def run_rollout(work: Path, inv: Path, play: Path, forks: int, env: dict[str, st
         [sys.executable, "-m", "provisioner", "rollout", "-i", str(inv), "--playbook",
          str(play), "--no-verify", "--waves", f"{first},{second},100%", "-f", str(forks),
          "--ledger", str(ledger), "--known-hosts", str(work / "known_hosts"),
-         "--ssh-config", "none", "-q"], env, log, timeout)
+         "--ssh-config", "none", "-q",
+         "--allow-local-connection"],  # the 2,000 hosts are ansible_connection: local
+        env, log, timeout)
     with Ledger.open(ledger) as led:
         runs = led.runs(kind="rollout", limit=1)
         if not runs:

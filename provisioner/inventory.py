@@ -485,7 +485,8 @@ def facts_cleaned_only_when_present() -> Iterator[None]:
 
 
 def selection_problems(
-    inventory: Inventory, target_pattern: str | None = SITE_TARGET_DEFAULT
+    inventory: Inventory, target_pattern: str | None = SITE_TARGET_DEFAULT, *,
+    allow_local: bool = False,
 ) -> list[str]:
     """What makes a selection unsafe to roll out, found before anything runs:
 
@@ -497,7 +498,11 @@ def selection_problems(
       ``gpu_nodes``): it would be planned as "provision + verify", skipped by the playbook, then
       fail in the canary's verification.
 
-    ``target_pattern`` None skips the second check (a playbook of the operator's own).
+    * a selected node with ``ansible_connection: local`` (unless ``allow_local``,
+      ``--allow-local-connection``): its playbooks, the site playbook and a reboot among them,
+      would run on this controller itself (issue 45).
+
+    ``target_pattern`` None skips the third check (a playbook of the operator's own).
     """
     problems: list[str] = host_key_problems(inventory)
     seen: dict[tuple[str, int], str] = {}
@@ -518,6 +523,15 @@ def selection_problems(
     if same > _SHOWN_NAMES:
         problems.append(f"and {same - _SHOWN_NAMES:,} more host(s) with the address and port of "
                         f"another; give each machine one inventory name")
+    local = [n.name for n in inventory.nodes if n.connection.strip() in LOCAL_CONNECTIONS]
+    if local and not allow_local:
+        problems.append(
+            f"{_some(local)} ha{'s' if len(local) == 1 else 've'} ansible_connection=local: "
+            f"the rollout would run its playbooks (the site playbook, a reboot) on the "
+            f"machine that runs ansible-playbook (this controller, or an execution node), not "
+            f"on a node; give each node its address (ansible_host, over ssh), or pass "
+            f"--allow-local-connection if that machine is the one to provision (a "
+            f"single-machine install, a test)")
     if target_pattern:
         targeted = _targeted(inventory, target_pattern)
         outside = [n.name for n in inventory.nodes if n.name not in targeted]

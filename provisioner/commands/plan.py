@@ -19,6 +19,11 @@ HELP = "print the rollout waves and what would change; changes nothing"
 # 10,000 rows is read by nobody and took a third of the command's time to render).
 FULL_TABLE_MAX = 50
 SHOWN_PER_WAVE = 5
+# The inventory is code (docs/security.md): as to ansible-playbook, so to the provisioner
+INVENTORY_HELP = ("Ansible inventory (file or directory), e.g. inventories/lab. It is evaluated "
+                  "as Ansible evaluates it, on this machine: templates and lookups run, an "
+                  "inventory script or plugin executes, a ProxyCommand runs here; use only an "
+                  "inventory you trust as you trust code (docs/security.md)")
 WORDS = {"verify": "verify only", "provision": "provision + verify", "resume": "redo (resume)"}
 
 
@@ -31,12 +36,16 @@ def add_selection_arguments(p: argparse.ArgumentParser, top: Any = None) -> Any:
     sel = p.add_argument_group("which nodes, in which waves")
     lead = top if top is not None else sel
     lead.add_argument("-i", "--inventory", metavar="INVENTORY", required=True,
-                      help="Ansible inventory (file or directory), e.g. inventories/lab")
+                      help=INVENTORY_HELP)
     lead.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
                       help="wave sizes, counts or percentages of the selected nodes; the first "
                            "is the canary, the last takes the rest (default %(default)s)")
     sel.add_argument("-l", "--limit", metavar="PATTERN",
                      help="Ansible host pattern selecting nodes of the inventory (default: all)")
+    sel.add_argument("--allow-local-connection", action="store_true",
+                     help="roll out to hosts with ansible_connection=local, that is to this "
+                          "controller itself (refused by default: the site playbook and a "
+                          "reboot would run here)")
     sel.add_argument("--force", action="store_true",
                      help="re-provision nodes the ledger says are compliant (default: verify "
                           "them only)")
@@ -112,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_waves(inventory.names(), args.waves, latest=latest, force=args.force)
     from provisioner.inventory import selection_problems
 
-    problems = selection_problems(inventory)  # rollout refuses these before anything runs
+    # rollout refuses these before anything runs
+    problems = selection_problems(inventory, allow_local=args.allow_local_connection)
     doc = plan.to_dict()
     doc["problems"] = problems
     doc["ledger"] = display_url(location)  # never a password

@@ -274,6 +274,7 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
         "extravars": _extravars(args.extra_var),
         "playbook": playbook.spec,
         "always_provision": playbooks.always_provisions(playbook),
+        "allow_local": args.allow_local_connection,
         "reboot_playbook": reboot_spec,
         "ansible_env": env,
         "sizes": sizes,
@@ -319,7 +320,8 @@ def _refuse_selection_problems(inventory: Any, checked: dict[str, Any]) -> None:
     spec = str(checked.get("playbook") or "")
     site = spec == SITE or Path(spec).name == "site.yml"
     target = checked.get("extravars", {}).get("gds_target") or SITE_TARGET_DEFAULT
-    problems = selection_problems(inventory, target if site else None)
+    problems = selection_problems(inventory, target if site else None,
+                                  allow_local=checked["allow_local"])
     if problems:
         raise UsageError("refused before anything ran: " + "; ".join(problems))
 

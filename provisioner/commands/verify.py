@@ -37,8 +37,9 @@ HELP = "prove node by node that GPUDirect Storage takes the direct path"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_argument_group("which nodes")
-    where.add_argument("-i", "--inventory", metavar="INVENTORY",
-                       help="Ansible inventory (file or directory), e.g. inventories/lab")
+    from provisioner.commands.plan import INVENTORY_HELP
+
+    where.add_argument("-i", "--inventory", metavar="INVENTORY", help=INVENTORY_HELP)
     where.add_argument("-l", "--limit", metavar="PATTERN",
                        help="Ansible host pattern selecting nodes of the inventory")
     where.add_argument("--local", action="store_true",

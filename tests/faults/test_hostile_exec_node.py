@@ -100,7 +100,7 @@ def rollout(nodes: dict[str, Any], tmp_path: Path, stream_py: str) -> tuple[int,
     code = main(["rollout", "-i", str(root / "targets.ini"), "--playbook",
                  str(root / "play.yml"), "--no-verify", "--ledger", str(ledger),
                  "--known-hosts", str(root / "known_hosts"), "--ssh-config", "none", "-q",
-                 "--executor", "ssh", "--exec-inventory", str(inv)])
+                 "--executor", "ssh", "--exec-inventory", str(inv), "--allow-local-connection"])
     return code, ledger
 
 

@@ -709,7 +709,8 @@ def test_rollout_scrubs_a_killed_runs_artifacts_before_the_playbook(
     cmd = _leftover(state)
     code, out, err = _cli(capsys, "rollout", "-i", str(inv), "--ledger",
                           str(state / "ledger.sqlite"), "--playbook", str(pb), "--no-verify",
-                          "--plain", "-e", f"leftover={cmd}", "-e", f"canary={CANARY}")
+                          "--plain", "-e", f"leftover={cmd}", "-e", f"canary={CANARY}",
+                          "--allow-local-connection")
     # before: the playbook found the canary (the scrub came only in the run's finally): exit 3
     assert code == 0, out + err
     assert CANARY not in cmd.read_text()

@@ -51,12 +51,13 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 
 def _plan(lab: dict[str, Path]) -> list[str]:
-    return ["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"])]
+    return ["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
+            "--allow-local-connection"]
 
 
 def _rollout(lab: dict[str, Path]) -> list[str]:
     return ["rollout", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
-            "--playbook", str(lab["pb"]), "--no-verify", "--plain"]
+            "--playbook", str(lab["pb"]), "--no-verify", "--plain", "--allow-local-connection"]
 
 
 WEAK = [

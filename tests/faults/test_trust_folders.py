@@ -61,7 +61,7 @@ def fleet(tmp_path: Path) -> dict[str, Path]:
 def _rollout(fleet: dict[str, Path], ledger: Path, *extra: str) -> int:
     return main(["rollout", "-i", str(fleet["inv"]), "--ledger", str(ledger),
                  "--playbook", str(fleet["pb"]), "--no-verify", "--plain",
-                 *extra])
+                 "--allow-local-connection", *extra])
 
 
 def _tree(root: Path) -> list[str]:
@@ -198,7 +198,7 @@ def test_the_default_ledger_folder_stays_private(
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.delenv("GDSFLEET_LEDGER", raising=False)
     rc = main(["rollout", "-i", str(fleet["inv"]), "--playbook", str(fleet["pb"]),
-               "--no-verify", "--plain"])
+               "--no-verify", "--plain", "--allow-local-connection"])
     assert rc == Exit.OK
     for d in (state / "gdsfleet", state / "gdsfleet" / "runner"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d

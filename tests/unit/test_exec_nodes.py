@@ -109,7 +109,7 @@ def _rollout(lab: dict[str, Any], ledger: Path, *extra: str) -> int:
                  "play.yml"), "--no-verify", "--waves", "100%", "--max-failures", "100%",
                  "--ledger", str(ledger), "--known-hosts", str(lab["root"] / "known_hosts"),
                  "--ssh-config", "none", "-q", "-e", f"api_token={CANARY}",
-                 "-e", f"@{lab['root'] / 'secrets.yml'}", *extra])
+                 "-e", f"@{lab['root'] / 'secrets.yml'}", "--allow-local-connection", *extra])
 
 
 def _outcomes(ledger: Path) -> tuple[str, dict[str, str]]:

@@ -132,7 +132,7 @@ def test_wait_lock_must_be_seconds(tmp_path: Path, capsys: pytest.CaptureFixture
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    n1:\n      ansible_connection: local\n")
     assert main(["rollout", "-i", str(inv), "--ledger", str(tmp_path / "l.sqlite"),
-                 "--no-verify", "--wait-lock", "-5"]) == 64
+                 "--no-verify", "--wait-lock", "-5", "--allow-local-connection"]) == 64
     assert "--wait-lock -5.0: must be 0 or more seconds" in capsys.readouterr().err
     assert not (tmp_path / "l.sqlite").exists()
 

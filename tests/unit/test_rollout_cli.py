@@ -58,11 +58,13 @@ def lab(tmp_path: Path) -> dict[str, Path]:
 
 def _args(lab: dict[str, Path], *extra: str) -> list[str]:
     return ["rollout", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
-            "--playbook", str(lab["pb"]), "--no-verify", "--plain", *extra]
+            "--playbook", str(lab["pb"]), "--no-verify", "--plain", "--allow-local-connection",
+            *extra]
 
 
 def test_plan_changes_nothing(lab: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
+               "--allow-local-connection",
                "--waves", "1,2,100%", "--json", "-"])
     assert rc == Exit.OK
     doc = json.loads(capsys.readouterr().out)
@@ -73,6 +75,7 @@ def test_plan_changes_nothing(lab: dict[str, Path], capsys: pytest.CaptureFixtur
 
 def test_plan_table(lab: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
+                 "--allow-local-connection",
                  "--limit", "node01:node02:node03"]) == Exit.OK
     out = capsys.readouterr().out
     assert "canary" in out and "provision + verify" in out and "node03" in out
@@ -232,13 +235,15 @@ def test_plan_reads_the_ledger(lab: dict[str, Path], capsys: pytest.CaptureFixtu
                                   "route": "nvfs", "checks": []})
     led.close()
     assert main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
+                 "--allow-local-connection",
                  "--waves", "1,100%", "--json", "-"]) == Exit.OK
     doc = json.loads(capsys.readouterr().out)
     actions = {n["name"]: n["action"] for w in doc["waves"] for n in w["nodes"]}
     assert actions["node02"] == "verify" and actions["node03"] == "provision"
     assert doc["waves"][0]["nodes"][0]["name"] == "node01"  # a node that changes is the canary
     assert doc["waves"][-1]["nodes"][-1]["name"] == "node02"
-    assert main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]), "--force",
+    assert main(["plan", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]),
+                 "--allow-local-connection", "--force",
                  "--json", "-"]) == Exit.OK
     doc = json.loads(capsys.readouterr().out)
     assert {n["action"] for w in doc["waves"] for n in w["nodes"]} == {"provision"}

@@ -63,7 +63,8 @@ def test_rollout_runs_a_collection_playbook_by_fqcn_through_ansible_runner(
     monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(_collection(tmp_path / "colls")))
     ledger = tmp_path / "ledger.sqlite"
     rc = main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--playbook",
-               "testns.tiny.hello", "--no-verify", "--plain", "--waves", "1,100%"])
+               "testns.tiny.hello", "--no-verify", "--plain", "--waves", "1,100%",
+               "--allow-local-connection"])
     assert rc == Exit.OK
     events = [json.loads(x) for x in (tmp_path / "runner" / "events.jsonl").read_text()
               .splitlines()]
@@ -81,7 +82,8 @@ def test_missing_collection_is_refused_before_anything_runs(
     empty.mkdir()
     monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(empty))
     ledger = tmp_path / "ledger.sqlite"
-    rc = main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--no-verify", "--plain"])
+    rc = main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--no-verify", "--plain",
+               "--allow-local-connection"])
     err = capsys.readouterr().err
     assert rc == Exit.USAGE
     assert "playbook gdsfleet.gds.site: the collection gdsfleet.gds is not installed" in err
@@ -97,7 +99,8 @@ def test_allow_reboot_needs_the_reboot_playbook(
     monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(_collection(tmp_path / "colls")))
     ledger = tmp_path / "ledger.sqlite"
     rc = main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--playbook",
-               "testns.tiny.hello", "--allow-reboot", "--no-verify", "--plain"])
+               "testns.tiny.hello", "--allow-reboot", "--no-verify", "--plain",
+               "--allow-local-connection"])
     assert rc == Exit.USAGE
     assert "playbook gdsfleet.gds.reboot" in capsys.readouterr().err
     assert not ledger.exists()
@@ -167,7 +170,8 @@ def test_a_kernel_update_rollout_provisions_nodes_the_ledger_says_are_compliant(
         log = tmp_path / "runner" / "events.jsonl"
         log.unlink(missing_ok=True)
         main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--playbook", playbook,
-              "--no-verify", "--plain", "--waves", "1,100%", "--restart"])
+              "--no-verify", "--plain", "--waves", "1,100%", "--restart",
+              "--allow-local-connection"])
         lines = log.read_text().splitlines() if log.exists() else []
         return {e["host"] for e in map(json.loads, lines) if e["event"] == "outcome:changed"}
 

@@ -214,7 +214,7 @@ def _lab(tmp: Path) -> list[str]:
     (tmp / "tokens").mkdir()
     return ["rollout", "-i", str(inv), "--ledger", str(tmp / "ledger.sqlite"), "--playbook",
             str(tmp / "site.yml"), "--no-verify", "--plain", "-q", "-e",
-            f"tokens={tmp / 'tokens'}"]
+            f"tokens={tmp / 'tokens'}", "--allow-local-connection"]
 
 
 def _runs_in_tokens(tmp: Path) -> dict[str, str]:

@@ -55,5 +55,5 @@ def test_plan_says_how_the_spec_collapsed(n: int, line: str, tmp_path: Path,
         f"gpu-{i:02d} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
         for i in range(1, n + 1)))
     assert main(["plan", "-i", str(inv), "--ledger", str(tmp_path / "l.sqlite"),
-                 "--waves", "1,5,25%,100%"]) == Exit.OK
+                 "--waves", "1,5,25%,100%", "--allow-local-connection"]) == Exit.OK
     assert line in capsys.readouterr().out.splitlines()

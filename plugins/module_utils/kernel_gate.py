@@ -50,7 +50,7 @@ MAX_WALK = 20000
 STATE_PATH = "/var/lib/gdsfleet/kernel-gate.json"
 STATE_MAX_KERNELS = 16
 NVME_SYMBOL_RE = re.compile(r"nvme_v[0-9]{1,3}_register_nvfs_dma_ops")
-KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
+KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}\Z")  # \Z: "$" lets "K\n" in
 OPEN_LICENSE = "Dual MIT/GPL"
 
 

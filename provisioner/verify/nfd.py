@@ -31,7 +31,7 @@ DEFAULT_TTL_HOURS = 168.0
 MAX_FILE_BYTES = 65536
 WRITE_TIMEOUT_S = 30.0
 
-_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")  # no "\n" in a label
 
 # Runs on the node: content on stdin, atomic replace through a dot file (NFD skips dot files).
 _WRITER = r"""

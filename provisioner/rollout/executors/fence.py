@@ -42,7 +42,7 @@ KILL_AFTER_S = 5  # timeout --kill-after: SIGTERM, then SIGKILL this much later
 SWEEP_MARGIN_S = 5  # the sweep after the worker's end, and clock granularity
 FENCE_TRIES = 10  # looks (0.2 s apart) before the answer is still-running
 _OUT_MAX = 4096
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")  # \Z: a shell word, no "\n"
 
 # argv: TOKEN TRIES CPDIR. Prints {"killed": N, "left": M}. A process is the job's when its
 # environment carries the token, or when its command line names the job's ssh control folder:

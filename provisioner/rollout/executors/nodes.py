@@ -13,8 +13,8 @@ from provisioner.errors import UsageError
 EXEC_GROUP = "gdsfleet_exec"
 DEFAULT_RUNNER = "ansible-runner"
 DEFAULT_WORKDIR = "~/.cache/gdsfleet-exec"
-_RUNNER_RE = re.compile(r"^[A-Za-z0-9_./+~-]{1,255}$")
-_WORKDIR_RE = re.compile(r"^(~/)?[A-Za-z0-9_./+-]{1,200}$")
+_RUNNER_RE = re.compile(r"^[A-Za-z0-9_./+~-]{1,255}\Z")  # \Z: "$" lets a "\n" in
+_WORKDIR_RE = re.compile(r"^(~/)?[A-Za-z0-9_./+-]{1,200}\Z")
 
 
 def _fix_inventory(path: str) -> str:

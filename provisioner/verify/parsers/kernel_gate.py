@@ -12,7 +12,7 @@ from provisioner import collection_utils
 
 MAX_KERNELS = 32
 MAX_TEXT = 2000
-_KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
+_KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}\Z")  # \Z: "$" lets "K\n" in
 
 
 def _s(value: Any, limit: int = MAX_TEXT) -> str:

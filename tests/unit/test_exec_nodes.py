@@ -407,7 +407,7 @@ def test_sigint_cuts_the_shards_at_once(lab: dict[str, Any], env: None, tmp_path
          "--ledger", str(ledger), "--known-hosts", str(root / "known_hosts"),
          "--ssh-config", "none", "-q", "-e", f"api_token={CANARY}",
          "-e", f"@{root / 'secrets.yml'}", "-e", "pause=30", "--executor", "ssh",
-         "--exec-inventory", str(lab["exec"])],
+         "--exec-inventory", str(lab["exec"]), "--allow-local-connection"],
         env=full, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 60

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from provisioner.rollout.guard import TOKEN_ENV
 
 if TYPE_CHECKING:
-    from provisioner.rollout.executors.ssh import ExecNode
+    from provisioner.rollout.executors.nodes import ExecNode
 
 KILL_AFTER_S = 5  # timeout --kill-after: SIGTERM, then SIGKILL this much later
 SWEEP_MARGIN_S = 5  # the sweep after the worker's end, and clock granularity
@@ -175,7 +175,7 @@ def fence(node: ExecNode, token: str, argv_of: Callable[[ExecNode, str], list[st
 
     runner = node.runner
     if runner.startswith("~/"):
-        from provisioner.rollout.executors.ssh import _shell_path
+        from provisioner.rollout.executors.nodes import _shell_path
 
         r = _shell_path(runner)
     else:

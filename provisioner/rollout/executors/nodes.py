@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,13 @@ def _fix_inventory(path: str) -> str:
     return (f"give --exec-inventory an Ansible inventory file whose group {EXEC_GROUP} lists "
             f"the execution nodes (ansible_host, ansible_port, ansible_user, "
             f"ansible_ssh_private_key_file; docs/scale.md)")
+
+
+def _shell_path(path: str) -> str:
+    """A workdir for the remote shell: ``~/x`` as ``"$HOME"/x``, the rest quoted."""
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
 
 
 @dataclass(frozen=True)

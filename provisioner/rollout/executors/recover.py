@@ -26,13 +26,34 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from provisioner.rollout.runner import HostOutcome, HostStatus, PlaybookResult
 
 if TYPE_CHECKING:
-    from provisioner.rollout.executors.ssh import SshExecutor
+    from provisioner.rollout.executors.nodes import ExecNode
     from provisioner.rollout.executors.stream import Dispatch
+    from provisioner.rollout.executors.transport import SshOptions
+
+
+class SshExecutor(Protocol):
+    """What recovery needs of the ``ssh`` executor (:class:`.ssh.SshExecutor`): its execution
+    nodes, their ssh command line, its ledger rows and a dispatch. A protocol, so that
+    recovery and the executor that calls it do not import each other."""
+
+    @property
+    def nodes(self) -> Mapping[str, ExecNode]: ...
+
+    @property
+    def opts(self) -> SshOptions: ...
+
+    def argv(self, node: ExecNode, remote: str) -> list[str]: ...
+
+    def mark(self, record: Dispatch, state: str, **detail: Any) -> None: ...
+
+    def dispatch_one(self, index: int, node_name: str, shard: list[str],
+                     call: Mapping[str, Any], detail: Mapping[str, Any] | None = None,
+                     ) -> tuple[PlaybookResult, Dispatch | None]: ...
 
 LOST_STATES = frozenset({"lost", "unreachable", "error"})
 

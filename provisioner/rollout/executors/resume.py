@@ -21,7 +21,7 @@ from provisioner.rollout.executors.recover import fence_or_wait
 from provisioner.rollout.executors.stream import Dispatch
 
 if TYPE_CHECKING:
-    from provisioner.rollout.executors.ssh import SshExecutor
+    from provisioner.rollout.executors.recover import SshExecutor
 
 # states a dispatch ends in when nothing of it can be running any more ("abandoned" is not
 # one: it may have been given up with processes left)

@@ -25,11 +25,8 @@ Every process of a dispatch on the execution node carries the dispatch's token; 
 under the shard's deadline and a sweep by token follows it (:mod:`.fence`). A shard whose stream
 ends without a final result is fenced and its hosts sent once to a surviving execution node, in
 the shard's own thread (:mod:`.recover`). The stream reader and the dispatch record are in
-:mod:`.stream`, the exec inventory in :mod:`.nodes`.
-
-One piece: one shard's dispatch (its process, its stream, its bounds and the outcome logic
-that reads them) is one function's lifetime; the stream reader and the dispatch record are
-already in :mod:`.stream`, the exec inventory in :mod:`.nodes`.
+:mod:`.stream`, the exec inventory in :mod:`.nodes`, and how an execution node is reached (the
+ssh command line, the pinned known_hosts, the worker's shell command) in :mod:`.transport`.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -45,7 +41,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +64,15 @@ from provisioner.rollout.executors.stream import (  # noqa: F401 - importable fr
     _kill,
     _shown,
 )
+from provisioner.rollout.executors.transport import (  # noqa: F401 - importable from here too
+    SshOptions,
+    _copy_inventory,
+    _find_runner,
+    known_hosts_files,
+    pinned_known_hosts,
+    ssh_argv,
+    worker_command,
+)
 from provisioner.rollout.launch import _DROPPED_ENV
 from provisioner.rollout.runner import (
     EventCollector,
@@ -80,139 +84,7 @@ from provisioner.rollout.runner import (
 
 MAX_STDERR = 64 << 10
 
-# ------------------------------------------------------------------------------ OpenSSH hop
-@dataclass(frozen=True)
-class SshOptions:
-    known_hosts: tuple[str, ...] = ()  # --known-hosts files
-    ssh_config: str | None = "~/.ssh/config"
-    connect_timeout: float = 10.0
-    alive_interval: int = 15
-    alive_count: int = 4
-
-
-def known_hosts_files(opts: SshOptions) -> list[str]:
-    """The files a node's key is checked against (provisioner.ssh's order)."""
-    from provisioner.ssh import SSHSettings, _known_hosts_files
-
-    return _known_hosts_files(SSHSettings(known_hosts=opts.known_hosts), None)
-
-
-def pinned_known_hosts(node: ExecNode, opts: SshOptions, dest: Path) -> Path:
-    """Write ``dest`` (0600): the plain keys gdsfleet's known_hosts reader lists for the
-    execution node, and every ``@revoked`` key. No key: UsageError naming the fix."""
-    from provisioner.fsutil import write_private
-    from provisioner.ssh import HostKeyError, known_host_keys
-
-    files = known_hosts_files(opts)
-    try:
-        view = known_host_keys(files, node.host_key_name)
-    except HostKeyError as exc:
-        raise UsageError(f"execution node {node.name}: {exc}") from None
-    if not view.keys:
-        port = f"-p {node.port} " if node.port != 22 else ""
-        raise UsageError(
-            f"execution node {node.name}: no known host key for {node.host_key_name} in "
-            f"{', '.join(f for f in files if os.path.isfile(f)) or 'any known_hosts file'}; "
-            f"check its fingerprint out of band, then add it to ~/.ssh/known_hosts (ssh-keyscan "
-            f"{port}{node.host}) or pass --known-hosts FILE")
-    lines = [f"{node.host_key_name} {e.key.get_name()} {e.key.get_base64()}" for e in view.keys]
-    lines += [f"@revoked * {e.key.get_name()} {e.key.get_base64()}" for e in view.revoked]
-    write_private(dest, "\n".join(lines) + "\n")
-    return dest
-
-
-def ssh_argv(node: ExecNode, known_hosts: Path, opts: SshOptions, remote: str) -> list[str]:
-    ssh = shutil.which("ssh")
-    if ssh is None:
-        raise UsageError("--executor ssh needs OpenSSH's ssh client on PATH (openssh-client)")
-    argv = [ssh, "-T"]
-    cfg = opts.ssh_config
-    if cfg is None or str(cfg).lower() == "none" or not os.path.isfile(os.path.expanduser(cfg)):
-        argv += ["-F", "/dev/null"]
-    else:
-        argv += ["-F", os.path.expanduser(cfg)]
-    # given first on the command line, these win over any ssh_config
-    for key, value in (
-        ("BatchMode", "yes"),
-        ("StrictHostKeyChecking", "yes"),
-        ("UserKnownHostsFile", str(known_hosts)),
-        ("GlobalKnownHostsFile", "/dev/null"),
-        ("UpdateHostKeys", "no"),
-        ("CheckHostIP", "no"),
-        ("ConnectTimeout", str(max(1, int(opts.connect_timeout)))),
-        ("ServerAliveInterval", str(opts.alive_interval)),
-        ("ServerAliveCountMax", str(opts.alive_count)),
-        ("ForwardAgent", "no"),
-        ("ForwardX11", "no"),
-        ("PermitLocalCommand", "no"),
-        ("ControlMaster", "no"),
-        ("ControlPath", "none"),
-        ("RequestTTY", "no"),
-        ("LogLevel", "ERROR"),
-    ):
-        argv += ["-o", f"{key}={value}"]
-    if node.key_file:
-        argv += ["-o", "IdentitiesOnly=yes", "-i", os.path.expanduser(node.key_file)]
-    if node.user:
-        argv += ["-l", node.user]
-    argv += ["-p", str(node.port), "--", node.host, remote]
-    return argv
-
-
-def _shell_path(path: str) -> str:
-    """A workdir for the remote shell: ``~/x`` as ``"$HOME"/x``, the rest quoted."""
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
-def _find_runner(node: ExecNode) -> str:
-    """Shell: ``$R``, the runner's full path, and its folder first on PATH (ansible-runner runs
-    the ``ansible-playbook`` found on PATH: the one of its own virtual environment); exit 127
-    with a message when there is none."""
-    r = _shell_path(node.runner) if node.runner.startswith("~/") else shlex.quote(node.runner)
-    colls = ""
-    if node.collections_path:
-        colls = (f"ANSIBLE_COLLECTIONS_PATH={_shell_path(node.collections_path)}; "
-                 f"export ANSIBLE_COLLECTIONS_PATH; ")
-    return colls + (f"R=$(command -v {r}) || {{ echo 'gdsfleet: {node.runner} not found on the "
-            f"execution node' >&2; exit 127; }}; PATH=\"${{R%/*}}:$PATH\"; export PATH; ")
-
-
-def worker_command(node: ExecNode, token: str | None = None, seconds: int | None = None) -> str:
-    """The remote shell command: a fresh 0700 folder under the workdir, then the worker, which
-    unpacks the job there and removes the folder when it ends (--delete). With ``token``: the
-    worker tagged with it, under ``timeout`` when ``seconds``, and a sweep of every process
-    still tagged once it ends (executors.fence). The folders of jobs whose execution node died
-    are removed by the next job there (executors.fence.job_folder_shell)."""
-    base = _shell_path(node.workdir)
-    run = "\"$R\" worker --private-data-dir \"$D\" --delete"
-    from provisioner.rollout.executors.fence import job_folder_shell
-
-    head = _find_runner(node) + job_folder_shell(base)
-    if token is None:
-        return head + f"exec {run}"
-    from provisioner.rollout.executors.fence import worker_script
-
-    return head + worker_script(run, token, seconds)
-
-
 # ------------------------------------------------------------------------------- dispatch
-def _copy_inventory(src: Path, pdd: Path) -> str:
-    """The inventory into the job (``inventory/``): a directory as a whole; a file with the
-    group_vars/ and host_vars/ folders beside it. Returns the path inside the job."""
-    dest = pdd / "inventory"
-    if src.is_dir():
-        shutil.copytree(src, dest, symlinks=False)
-        return "inventory"
-    dest.mkdir(mode=0o700)
-    shutil.copy2(src, dest / src.name)
-    for extra in ("group_vars", "host_vars"):
-        if (src.parent / extra).is_dir():
-            shutil.copytree(src.parent / extra, dest / extra, symlinks=False)
-    return f"inventory/{src.name}"
-
-
 class SshExecutor:
     name = "ssh"
 

@@ -42,10 +42,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from provisioner.rollout.runner import PlaybookResult
+
+class _RunResult(Protocol):
+    """What a held run's result must say here: whether its playbook never began
+    (:class:`provisioner.rollout.runner.PlaybookResult` is the one the rollout uses; a
+    protocol, so that the runner and this module, which it imports, do not import each other)."""
+
+    @property
+    def error(self) -> str | None: ...
+
+
+PlaybookResult = TypeVar("PlaybookResult", bound=_RunResult)
 
 HOLD_PLUGIN_DIR = Path(__file__).resolve().with_name("hold")
 FIFO_ENV = "GDSFLEET_HOLD_FIFO"  # the callback plugin's (hold/gdsfleet_hold.py) variable
@@ -204,7 +213,7 @@ class Gate(Hold):
         self._send(self._GO)
 
 
-class Held:
+class Held(Generic[PlaybookResult]):
     """One playbook run in a thread of its own (``start(hold, on_final)`` runs it, e.g.
     :func:`provisioner.rollout.runner.run_playbook` with ``hold=`` and ``on_final=``), for
     ``hosts``: started ahead and held before its first play (``hold=True``), or started at

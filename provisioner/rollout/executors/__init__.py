@@ -49,7 +49,7 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self) -> None:
-        self._tails: list[Held] = []
+        self._tails: list[Held[PlaybookResult]] = []
 
     def run(self, playbook: str, inventory: str | os.PathLike[str], hosts: Sequence[str], *,
             forks: int, extravars: Mapping[str, Any], envvars: Mapping[str, str],
@@ -64,7 +64,7 @@ class LocalExecutor:
                           name=f"{kind}-wave-{wave}", hold=False)
         return self.released(run)
 
-    def released(self, run: Held, hosts: Sequence[str] = ()) -> PlaybookResult:
+    def released(self, run: Held[PlaybookResult], hosts: Sequence[str] = ()) -> PlaybookResult:
         """``run.release(hosts)``, its tail kept for :meth:`settle`."""
         self._tails = [t for t in self._tails if not t.done]
         self._tails.append(run)
@@ -82,7 +82,7 @@ class LocalExecutor:
                  private_data_dir: str | os.PathLike[str] | None,
                  on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
                  children_lock: str | os.PathLike[str] | None, run_tag: str, wave: int,
-                 kind: str) -> Held:
+                 kind: str) -> Held[PlaybookResult]:
         """The same run as :meth:`run`, started now and held before its first play
         (:mod:`provisioner.rollout.prestart`): pass it to :meth:`released` for its result."""
         return self._start(playbook, inventory, hosts, forks=forks, extravars=extravars,
@@ -96,7 +96,7 @@ class LocalExecutor:
                     private_data_dir: str | os.PathLike[str] | None,
                     on_host_event: Callable[[str, str, str], None] | None,
                     timeout: int | None, children_lock: str | os.PathLike[str] | None,
-                    run_tag: str) -> Held:
+                    run_tag: str) -> Held[PlaybookResult]:
         """:meth:`prestart` before the hosts are known (the first wave's run, while the
         rollout starts): ``released`` with the hosts gives its result
         (:class:`~provisioner.rollout.prestart.Gate`)."""
@@ -112,7 +112,7 @@ class LocalExecutor:
                private_data_dir: str | os.PathLike[str] | None,
                on_host_event: Callable[[str, str, str], None] | None, timeout: int | None,
                children_lock: str | os.PathLike[str] | None, run_tag: str, name: str,
-               hold: bool) -> Held:
+               hold: bool) -> Held[PlaybookResult]:
         from provisioner.rollout.prestart import Held
         from provisioner.rollout.runner import run_playbook
 

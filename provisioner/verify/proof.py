@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from provisioner.verify import checks as _checks
+from provisioner.verify.checks.evidence import route_evidence
 from provisioner.verify.model import (
     PATH_DIRECT,
     PROOF_CUFILE_LOG,
@@ -56,7 +56,7 @@ def disagreement(io: IoTestResult, facts: Mapping[str, Any]) -> str | None:
     if proof == PROOF_CUFILE_LOG:
         log = io.evidence.get("cufile_log") or {}
         mode = log.get("mode") if isinstance(log, Mapping) else None
-        if mode == "p2pdma" and not _checks.route_evidence(dict(facts))["p2pdma"]:
+        if mode == "p2pdma" and not route_evidence(dict(facts))["p2pdma"]:
             why.append("cuFile's log shows P2PDMA I/O but the gather found the P2PDMA "
                        "prerequisites missing (kernel P2PDMA symbols, cufile.json "
                        "properties.use_pci_p2pdma)")

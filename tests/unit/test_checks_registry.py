@@ -152,11 +152,11 @@ def test_checks_emitted_elsewhere_are_declared() -> None:
 
 
 def test_operator_skips_are_declared_and_documented() -> None:
-    from provisioner.verify.checks import operator
+    from provisioner.verify.checks.registry import operator_skipping
 
     text = DOC.read_text(encoding="utf-8")
     section = text.split("### GPU Operator nodes", 1)[1].split("\n### ", 1)[0]
-    skipping = operator.skipping()
+    skipping = operator_skipping()
     assert skipping == ["nvfs.persist", "nvfs.dkms", "nvfs.dkms.boot_kernel",
                         "libcufile.present", "packages.gds", "gdscheck.present",
                         "gate.boot_kernel"]

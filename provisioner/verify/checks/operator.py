@@ -4,7 +4,8 @@ The NVIDIA GPU Operator's driver container, not a host install, brings the drive
 (facts ``operator``, docs/checks.md "GPU Operator nodes"). The host-package and host-DKMS
 checks then skip and say so: each declares it with ``operator_skip=True`` in its own module and
 gives its reason through :meth:`Context.operator_skip
-<provisioner.verify.checks.registry.Context.operator_skip>`. This module registers no check.
+<provisioner.verify.checks.registry.Context.operator_skip>`; the list of such checks is
+:func:`provisioner.verify.checks.registry.operator_skipping`. This module registers no check.
 """
 
 from __future__ import annotations
@@ -21,9 +22,3 @@ def evidence(facts: dict[str, Any]) -> str:
     """What the gather saw that makes the node operator-managed (for ``observed``)."""
     return str((facts.get("operator") or {}).get("evidence") or "")
 
-
-def skipping() -> list[str]:
-    """The ids of the checks that may skip on an operator-managed node, in report order."""
-    from provisioner.verify.checks.registry import ordered
-
-    return [c.id for c in ordered() if c.operator_skip]

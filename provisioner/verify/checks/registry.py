@@ -163,6 +163,11 @@ def ordered() -> list[Check]:
     return sorted(REGISTRY.values(), key=lambda c: (rank[c.subsystem], c.seq))
 
 
+def operator_skipping() -> list[str]:
+    """The ids of the checks that may skip on an operator-managed node, in report order."""
+    return [c.id for c in ordered() if c.operator_skip]
+
+
 def run(ctx: Context) -> Iterator[CheckResult]:
     """The results of every check evaluate() runs, in report order."""
     for rec in ordered():

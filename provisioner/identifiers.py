@@ -20,8 +20,8 @@ What is protected, and when:
   checks' ids, which may come from a ledger an older version wrote);
 * the Prometheus metric names (reports.files, before a document is written).
 
-This module is the registry's other half, kept apart so that ``redact.py`` does not grow (a
-later split of it takes this in): it reads and edits the registry's state under its lock.
+This module is the registry's other half (the registry is :mod:`provisioner.secrets`): it
+reads and edits the registry's state under its lock.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from provisioner import redact
+from provisioner import secrets
 
 # label names and the label values the project itself defines (provisioner.reports.prom and
 # the node_exporter textfile of attest); check statuses and routes are REPORT_WORDS already
@@ -64,18 +64,18 @@ def protect(names: Iterable[Any], what: str, *, say: bool = True) -> list[str]:
     if not low:
         return []
     new: list[tuple[str, str]] = []
-    with redact._VALUES_LOCK:
-        redact._IDENTIFIERS.update(low)
-        origin = redact._ORIGIN
-        hit = {origin.get(v, (v, None)) for v in redact._VALUES
+    with secrets._VALUES_LOCK:
+        secrets._IDENTIFIERS.update(low)
+        origin = secrets._ORIGIN
+        hit = {origin.get(v, (v, None)) for v in secrets._VALUES
                if any(v.lower() in n for n in low)}
         values = {value for value, _source in hit}
-        redact._VALUES.difference_update(
-            [v for v in redact._VALUES if origin.get(v, (v, None))[0] in values])
+        secrets._VALUES.difference_update(
+            [v for v in secrets._VALUES if origin.get(v, (v, None))[0] in values])
         for _value, source in sorted(hit, key=lambda h: str(h[1])):
             entry = (source or "a secret", reason(what))
-            if entry not in redact._REFUSED:
-                redact._REFUSED.append(entry)
+            if entry not in secrets._REFUSED:
+                secrets._REFUSED.append(entry)
                 new.append(entry)
     if say:
         from provisioner.sanitize import printable
@@ -88,7 +88,7 @@ def protect(names: Iterable[Any], what: str, *, say: bool = True) -> list[str]:
 def protect_static() -> None:
     """The identifiers the project defines, protected when a secret is registered (nothing
     to do, and nothing imported, otherwise). Quiet: cli.main prints every refusal next."""
-    if not redact.registered():
+    if not secrets.registered():
         return
     protect(LABELS, "a label name or value")
     from provisioner.verify.checks import REGISTRY
@@ -99,7 +99,7 @@ def protect_static() -> None:
 def protect_document(doc: Any) -> None:
     """The node names and check ids of a report document (a verify or a rollout report, a
     ledger row's), protected before it is written."""
-    if not redact.registered() or not isinstance(doc, Mapping):
+    if not secrets.registered() or not isinstance(doc, Mapping):
         return
     nodes: set[str] = set()
     checks: set[str] = set()

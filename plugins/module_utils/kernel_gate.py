@@ -4,15 +4,17 @@
 """The kernel gate: may this node boot kernel K without losing GPUDirect Storage?
 
 Pure standard library, so the same file serves the ``kernel_gate`` module and the kernel hook
-the nvidia_fs role installs (``python3 kernel_gate.py --kernel K --protect``), which runs
-without Ansible when a package manager installs a kernel behind gdsfleet's back.
+the nvidia_fs role installs (``python3 kernel_gate.py --kernel K --protect``, with kernel_elf.py
+beside it), which runs without Ansible when a package manager installs a kernel behind
+gdsfleet's back.
 
 Everything is read from files of the kernel in question, never from the running kernel:
 ``/lib/modules/<K>/build`` (headers), ``dkms status`` for K, the built modules' own ELF
-sections (``.modinfo`` vermagic/license, the nvme registration name nvidia-fs looks up in its
-``.rodata``, the names the nvme module exports in ``__ksymtab_strings``/``__ksymtab_*``
-symbols), ``/boot/config-<K>``. Every byte read is bounded; a malformed ELF is a failed check
-that names the file, never a crash.
+sections (read by kernel_elf.py: ``.modinfo`` vermagic/license, the nvme registration name
+nvidia-fs looks up in its ``.rodata``, the names the nvme module exports), ``/boot/config-<K>``.
+Every byte read is bounded; a malformed ELF is a failed check that names the file, never a
+crash. This file holds the policy: which checks a kernel must pass, which kernel boots next,
+and what protection does when one fails.
 
 Upstream facts (tests/fixtures/kernel_gate/README.md): nvidia-fs names the nvme symbol it looks
 up as a string in its module table (NVIDIA/gds-nvidia-fs src/nvfs-dma.c ``modules_list``),
@@ -26,14 +28,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import glob
-import gzip
-import io
 import json
-import lzma
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -43,224 +41,47 @@ if TYPE_CHECKING:  # node Pythons older than 3.9 cannot evaluate list[str] at ru
 
     Runner = Callable[[list[str]], tuple[int, str]]
 
-MAX_MODULE_BYTES = 256 * 1024 * 1024  # nvidia.ko (open) is ~100 MiB with debug info
-MAX_SECTIONS = 65536
-MAX_DEP_BYTES = 16 * 1024 * 1024
-MAX_WALK = 20000
+
+def _sibling(name: str) -> Any:
+    """kernel_elf.py from beside this file: the kernel hook runs this file by itself and
+    provisioner loads it by path. Inside Ansible this file sits in AnsiballZ's payload, where
+    the collection import below finds the copy AnsiballZ shipped."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    key = "gdsfleet_" + name
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - broken install
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_elf.py")):
+    _elf = _sibling("kernel_elf")
+else:
+    from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_elf as _elf
+
+Elf = _elf.Elf
+GateError = _elf.GateError
+MAX_DEP_BYTES = _elf.MAX_DEP_BYTES
+NVME_SYMBOL_RE = _elf.NVME_SYMBOL_RE
+exported_symbols = _elf.exported_symbols
+find_module = _elf.find_module
+modinfo = _elf.modinfo
+nvme_lookups = _elf.nvme_lookups
+read_module = _elf.read_module
+vermagic_kernel = _elf.vermagic_kernel
+_modname = _elf._modname
+
 STATE_PATH = "/var/lib/gdsfleet/kernel-gate.json"
 STATE_MAX_KERNELS = 16
-NVME_SYMBOL_RE = re.compile(r"nvme_v[0-9]{1,3}_register_nvfs_dma_ops")
 KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
 OPEN_LICENSE = "Dual MIT/GPL"
-
-
-class GateError(ValueError):
-    """A file the gate reads is missing, too large or malformed."""
-
-
-# --- ELF -------------------------------------------------------------------------------------
-
-class Elf:
-    """The sections and symbol names of an ELF relocatable object (a kernel module)."""
-
-    def __init__(self, data: bytes) -> None:
-        if len(data) < 52 or data[:4] != b"\x7fELF":
-            raise GateError("not an ELF file")
-        cls, enc = data[4], data[5]
-        if cls not in (1, 2) or enc not in (1, 2):
-            raise GateError("unknown ELF class or byte order")
-        self.is64 = cls == 2
-        e = "<" if enc == 1 else ">"
-        self._e = e
-        if self.is64:
-            if len(data) < 64:
-                raise GateError("truncated ELF header")
-            shoff, = struct.unpack_from(e + "Q", data, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
-            want = 64
-        else:
-            shoff, = struct.unpack_from(e + "I", data, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
-            want = 40
-        if shnum == 0 or shnum > MAX_SECTIONS or shentsize < want:
-            raise GateError(f"bad section table ({shnum} sections of {shentsize} bytes)")
-        if shoff + shnum * shentsize > len(data):
-            raise GateError("section table beyond the end of the file")
-        self._data = data
-        self._headers = []
-        for i in range(shnum):
-            off = shoff + i * shentsize
-            if self.is64:
-                name, typ, _f, _a, soff, size, link, _i, _al, entsize = struct.unpack_from(
-                    e + "IIQQQQIIQQ", data, off)
-            else:
-                name, typ, _f, _a, soff, size, link, _i, _al, entsize = struct.unpack_from(
-                    e + "IIIIIIIIII", data, off)
-            self._headers.append((name, typ, soff, size, link, entsize))
-        if shstrndx >= shnum:
-            raise GateError("section name table index out of range")
-        shstr = self._raw(shstrndx)
-        self._index: dict[str, int] = {}
-        for i, h in enumerate(self._headers):
-            self._index.setdefault(_cstr(shstr, h[0]), i)
-
-    def _raw(self, i: int) -> bytes:
-        _n, typ, off, size, _l, _e = self._headers[i]
-        if typ == 8:  # SHT_NOBITS
-            return b""
-        if off + size > len(self._data):
-            raise GateError(f"section {i} beyond the end of the file")
-        return self._data[off:off + size]
-
-    def section(self, name: str) -> bytes:
-        i = self._index.get(name)
-        return b"" if i is None else self._raw(i)
-
-    def sections_starting(self, prefix: str) -> list[bytes]:
-        return [self._raw(i) for nm, i in sorted(self._index.items()) if nm.startswith(prefix)]
-
-    def symbol_names(self) -> list[str]:
-        """Names in every SHT_SYMTAB section (resolved through its linked string table)."""
-        out = []
-        for i, (_n, typ, _o, size, link, entsize) in enumerate(self._headers):
-            if typ != 2:
-                continue
-            want = 24 if self.is64 else 16
-            if entsize < want or link >= len(self._headers):
-                raise GateError("bad symbol table")
-            tab, strtab = self._raw(i), self._raw(link)
-            for k in range(size // entsize):
-                name, = struct.unpack_from(self._e + "I", tab, k * entsize)
-                if name:
-                    out.append(_cstr(strtab, name))
-        return out
-
-
-def _cstr(buf: bytes, off: int) -> str:
-    if off >= len(buf):
-        return ""
-    end = buf.find(b"\0", off)
-    return buf[off:end if end >= 0 else len(buf)].decode("utf-8", "replace")
-
-
-def _strings(buf: bytes) -> list[str]:
-    return [s.decode("utf-8", "replace") for s in buf.split(b"\0") if s]
-
-
-def modinfo(elf: Elf) -> dict[str, list[str]]:
-    """The module's .modinfo (key=value strings)."""
-    out: dict[str, list[str]] = {}
-    for s in _strings(elf.section(".modinfo")):
-        k, sep, v = s.partition("=")
-        if sep:
-            out.setdefault(k, []).append(v)
-    return out
-
-
-def vermagic_kernel(elf: Elf) -> str | None:
-    """The kernel release a module was built for: the first word of its vermagic."""
-    vm = modinfo(elf).get("vermagic")
-    return vm[0].split()[0] if vm and vm[0].split() else None
-
-
-def exported_symbols(elf: Elf) -> set[str]:
-    """Names the module exports (EXPORT_SYMBOL*): ``__ksymtab_strings`` and the
-    ``__ksymtab_<name>`` symbols older kernels emit."""
-    names = set(_strings(elf.section("__ksymtab_strings")))
-    for s in elf.symbol_names():
-        if s.startswith("__ksymtab_") and s != "__ksymtab_strings" and len(s) > 10:
-            names.add(s[len("__ksymtab_"):])
-    return names
-
-
-def nvme_lookups(elf: Elf) -> list[str]:
-    """The nvme registration names nvidia-fs looks up (strings in its read-only data)."""
-    found = set()
-    for sec in elf.sections_starting(".rodata"):
-        for s in _strings(sec):
-            if NVME_SYMBOL_RE.fullmatch(s):
-                found.add(s)
-    return sorted(found)
-
-
-def read_module(path: str) -> Elf:
-    """Read a module file (.ko, .ko.gz, .ko.xz, .ko.zst), bounded."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise GateError(f"cannot read {path}: {exc.strerror}") from exc
-    if size > MAX_MODULE_BYTES:
-        raise GateError(f"{path} is larger than {MAX_MODULE_BYTES} bytes")
-    try:
-        if path.endswith(".zst"):
-            zstd = shutil.which("zstd")
-            if not zstd:
-                raise GateError(f"{path} is zstd-compressed and no zstd is installed: "
-                                "install zstd")
-            proc = subprocess.run([zstd, "-dcq", "--", path], capture_output=True,
-                                  timeout=60, check=False)
-            if proc.returncode != 0:
-                raise GateError(f"zstd could not decompress {path}")
-            data = proc.stdout
-        else:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_MODULE_BYTES + 1)
-            if path.endswith(".gz"):
-                with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
-                    data = gz.read(MAX_MODULE_BYTES + 1)
-            elif path.endswith(".xz"):
-                data = lzma.LZMADecompressor().decompress(raw, MAX_MODULE_BYTES + 1)
-            else:
-                data = raw
-    except (OSError, EOFError, lzma.LZMAError, subprocess.SubprocessError) as exc:
-        raise GateError(f"cannot read {path}: {exc}") from exc
-    if len(data) > MAX_MODULE_BYTES:
-        raise GateError(f"{path} is larger than {MAX_MODULE_BYTES} bytes uncompressed")
-    try:
-        return Elf(data)
-    except struct.error as exc:
-        raise GateError(f"{path}: truncated ELF ({exc})") from exc
-    except GateError as exc:
-        raise GateError(f"{path}: {exc}") from exc
-
-
-# --- which module loads on a kernel ----------------------------------------------------------
-
-def _modname(path: str) -> str:
-    base = os.path.basename(path)
-    base = re.sub(r"\.ko(\.(gz|xz|zst))?$", "", base)
-    return base.replace("-", "_")
-
-
-def find_module(modules_dir: str, name: str) -> tuple[str | None, list[str]]:
-    """(path, dependency paths) of module ``name`` as modprobe would load it on that kernel:
-    modules.dep when depmod wrote one (it already applied depmod.d's search order), else the
-    first of updates/, extra/, kernel/ (depmod's default order) that has it."""
-    want = name.replace("-", "_")
-    dep = os.path.join(modules_dir, "modules.dep")
-    try:
-        with open(dep, "rb") as fh:
-            text = fh.read(MAX_DEP_BYTES).decode("utf-8", "replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        left, sep, right = line.partition(":")
-        if sep and _modname(left.strip()) == want:
-            path = os.path.join(modules_dir, left.strip())
-            if os.path.isfile(path):
-                return path, [os.path.join(modules_dir, d) for d in right.split()]
-    seen = 0
-    for sub in ("updates", "extra", "kernel"):
-        top = os.path.join(modules_dir, sub)
-        for root, dirs, files in os.walk(top):
-            dirs.sort()
-            for f in sorted(files):
-                seen += 1
-                if seen > MAX_WALK:
-                    return None, []
-                if re.search(r"\.ko(\.(gz|xz|zst))?$", f) and _modname(f) == want:
-                    return os.path.join(root, f), []
-    return None, []
 
 
 # --- dkms status -----------------------------------------------------------------------------

@@ -7,9 +7,17 @@
   size; a malformed file is a ``GateError`` that names it, never a crash.
 - ``modinfo``, ``vermagic_kernel``: the module's ``.modinfo`` strings and the kernel release its
   vermagic names.
-- ``exported_symbols``: the names a module exports (``__ksymtab_strings`` and the
-  ``__ksymtab_<name>`` symbols); ``nvme_lookups``: the nvme registration names nvidia-fs looks
-  up (strings in its ``.rodata``, NVIDIA/gds-nvidia-fs src/nvfs-dma.c ``modules_list``).
+- ``exports``: the names a module exports and how: ``gpl`` (EXPORT_SYMBOL_GPL), ``plain``
+  (EXPORT_SYMBOL) or ``unknown``, from the section its ``__ksymtab_<name>`` symbol lies in
+  (the kernel's scripts/module.lds.S gathers ``___ksymtab+<name>`` into ``__ksymtab`` and
+  ``___ksymtab_gpl+<name>`` into ``__ksymtab_gpl``; ``__ksymtab_strings`` holds both kinds'
+  names, so it alone cannot tell them apart); ``exported_symbols``: their names.
+- ``nvme_lookups``: the nvme registration names nvidia-fs looks up (strings in its ``.rodata``,
+  NVIDIA/gds-nvidia-fs src/nvfs-dma.c ``modules_list``).
+- ``modversions``: the symbol CRCs a module was built against (``__versions``, CONFIG_MODVERSIONS);
+  ``read_symvers``: a kernel's own CRCs (``/boot/symvers-<K>.gz``), what RHEL's weak-modules
+  compares them with before it links a module built for one kernel into another's
+  ``weak-updates/``.
 - ``find_module(modules_dir, name)``: the file modprobe would load on that kernel
   (modules.dep, else depmod's default search order).
 
@@ -81,9 +89,10 @@ class Elf:
         if shstrndx >= shnum:
             raise GateError("section name table index out of range")
         shstr = self._raw(shstrndx)
+        self._names = [_cstr(shstr, h[0]) for h in self._headers]
         self._index: dict[str, int] = {}
-        for i, h in enumerate(self._headers):
-            self._index.setdefault(_cstr(shstr, h[0]), i)
+        for i, nm in enumerate(self._names):
+            self._index.setdefault(nm, i)
 
     def _raw(self, i: int) -> bytes:
         _n, typ, off, size, _l, _e = self._headers[i]
@@ -100,9 +109,15 @@ class Elf:
     def sections_starting(self, prefix: str) -> list[bytes]:
         return [self._raw(i) for nm, i in sorted(self._index.items()) if nm.startswith(prefix)]
 
-    def symbol_names(self) -> list[str]:
-        """Names in every SHT_SYMTAB section (resolved through its linked string table)."""
+    def section_name(self, index: int) -> str:
+        """The name of section ``index`` ("" when there is no such section)."""
+        return self._names[index] if 0 <= index < len(self._names) else ""
+
+    def symbols(self) -> list[tuple[str, int]]:
+        """(name, section index) of every named symbol in every SHT_SYMTAB section (resolved
+        through its linked string table)."""
         out = []
+        shndx_at = 6 if self.is64 else 14  # Elf64_Sym / Elf32_Sym st_shndx
         for i, (_n, typ, _o, size, link, entsize) in enumerate(self._headers):
             if typ != 2:
                 continue
@@ -110,11 +125,16 @@ class Elf:
             if entsize < want or link >= len(self._headers):
                 raise GateError("bad symbol table")
             tab, strtab = self._raw(i), self._raw(link)
-            for k in range(size // entsize):
+            for k in range(min(size, len(tab)) // entsize):
                 name, = struct.unpack_from(self._e + "I", tab, k * entsize)
+                shndx, = struct.unpack_from(self._e + "H", tab, k * entsize + shndx_at)
                 if name:
-                    out.append(_cstr(strtab, name))
+                    out.append((_cstr(strtab, name), shndx))
         return out
+
+    def symbol_names(self) -> list[str]:
+        """Names in every SHT_SYMTAB section."""
+        return [name for name, _i in self.symbols()]
 
 
 def _cstr(buf: bytes, off: int) -> str:
@@ -144,14 +164,72 @@ def vermagic_kernel(elf: Elf) -> str | None:
     return vm[0].split()[0] if vm and vm[0].split() else None
 
 
+def _export_kind(section: str) -> str:
+    """gpl | plain | unknown for the section an export's ``__ksymtab_<name>`` symbol lies in:
+    the linked module's ``__ksymtab_gpl`` / ``__ksymtab``, or an object's unlinked
+    ``___ksymtab_gpl+<name>`` / ``___ksymtab+<name>`` (include/linux/export-internal.h)."""
+    if section == "__ksymtab_gpl" or section.startswith("___ksymtab_gpl+"):
+        return "gpl"
+    if section == "__ksymtab" or section.startswith("___ksymtab+"):
+        return "plain"
+    return "unknown"
+
+
+def exports(elf: Elf) -> dict[str, str]:
+    """Every name the module exports -> ``gpl`` | ``plain`` | ``unknown``. A name found only in
+    ``__ksymtab_strings`` (no ``__ksymtab_<name>`` symbol to say which table it is in) is
+    ``unknown``: never guessed, since a wrong ``plain`` would fail a good kernel."""
+    out: dict[str, str] = {}
+    for sym, shndx in elf.symbols():
+        if sym.startswith("__ksymtab_") and sym != "__ksymtab_strings" and len(sym) > 10:
+            kind = _export_kind(elf.section_name(shndx))
+            name = sym[len("__ksymtab_"):]
+            if out.get(name) in (None, "unknown"):
+                out[name] = kind
+    for name in _strings(elf.section("__ksymtab_strings")):
+        out.setdefault(name, "unknown")
+    return out
+
+
 def exported_symbols(elf: Elf) -> set[str]:
-    """Names the module exports (EXPORT_SYMBOL*): ``__ksymtab_strings`` and the
-    ``__ksymtab_<name>`` symbols older kernels emit."""
-    names = set(_strings(elf.section("__ksymtab_strings")))
-    for s in elf.symbol_names():
-        if s.startswith("__ksymtab_") and s != "__ksymtab_strings" and len(s) > 10:
-            names.add(s[len("__ksymtab_"):])
-    return names
+    """Names the module exports (EXPORT_SYMBOL and EXPORT_SYMBOL_GPL alike)."""
+    return set(exports(elf))
+
+
+def modversions(elf: Elf) -> dict[str, int]:
+    """Symbol -> CRC the module was built against: ``__versions``, an array of ``struct
+    modversion_info {unsigned long crc; char name[64 - sizeof(unsigned long)];}``
+    (include/linux/module.h), 64 bytes an entry."""
+    data = elf.section("__versions")
+    word = 8 if elf.is64 else 4
+    out: dict[str, int] = {}
+    for off in range(0, len(data) - 63, 64):
+        crc, = struct.unpack_from(elf._e + ("Q" if word == 8 else "I"), data, off)
+        name = _cstr(data[off + word:off + 64], 0)
+        if name:
+            out[name] = crc & 0xFFFFFFFF
+    return out
+
+
+def read_symvers(path: str) -> dict[str, int] | None:
+    """A kernel's Module.symvers (``0x<crc> <symbol> <module> <export kind> [namespace]``,
+    tab-separated; .gz, .xz or plain), symbol -> CRC; None when the file is missing."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_DEP_BYTES + 1)
+        if path.endswith(".gz"):
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
+                raw = gz.read(MAX_DEP_BYTES + 1)
+        elif path.endswith(".xz"):
+            raw = lzma.LZMADecompressor().decompress(raw, MAX_DEP_BYTES + 1)
+    except (OSError, EOFError, lzma.LZMAError):
+        return None
+    out: dict[str, int] = {}
+    for line in raw[:MAX_DEP_BYTES].decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and re.fullmatch(r"0x[0-9a-fA-F]{1,16}", parts[0]):
+            out[parts[1][:200]] = int(parts[0], 16) & 0xFFFFFFFF
+    return out
 
 
 def nvme_lookups(elf: Elf) -> list[str]:
@@ -216,7 +294,9 @@ def _modname(path: str) -> str:
 def find_module(modules_dir: str, name: str) -> tuple[str | None, list[str]]:
     """(path, dependency paths) of module ``name`` as modprobe would load it on that kernel:
     modules.dep when depmod wrote one (it already applied depmod.d's search order), else the
-    first of updates/, extra/, kernel/ (depmod's default order) that has it."""
+    first of updates/, extra/, ubuntu/, kernel/, weak-updates/ that has it (the search lines
+    of Ubuntu's /etc/depmod.d/ubuntu.conf, ``updates ubuntu built-in``, and RHEL's dist.conf,
+    ``updates extra built-in weak-updates``, merged)."""
     want = name.replace("-", "_")
     dep = os.path.join(modules_dir, "modules.dep")
     try:
@@ -231,7 +311,7 @@ def find_module(modules_dir: str, name: str) -> tuple[str | None, list[str]]:
             if os.path.isfile(path):
                 return path, [os.path.join(modules_dir, d) for d in right.split()]
     seen = 0
-    for sub in ("updates", "extra", "kernel"):
+    for sub in ("updates", "extra", "ubuntu", "kernel", "weak-updates"):
         top = os.path.join(modules_dir, sub)
         for root, dirs, files in os.walk(top):
             dirs.sort()

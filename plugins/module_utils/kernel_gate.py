@@ -71,6 +71,7 @@ GateError = _elf.GateError
 MAX_DEP_BYTES = _elf.MAX_DEP_BYTES
 NVME_SYMBOL_RE = _elf.NVME_SYMBOL_RE
 exported_symbols = _elf.exported_symbols
+exports = _elf.exports
 find_module = _elf.find_module
 modinfo = _elf.modinfo
 nvme_lookups = _elf.nvme_lookups
@@ -104,6 +105,46 @@ def parse_dkms(text: str) -> list[dict]:
 
 def _result(check: str, ok: bool, reason: str, fix: str = "") -> dict:
     return {"check": check, "ok": ok, "reason": reason, "fix": "" if ok else fix}
+
+
+def release_numbers(kernel: str) -> tuple[int, ...]:
+    """(major, minor) of a kernel release ("6.8.0-45-generic" -> (6, 8)); () if none."""
+    m = re.match(r"^(\d+)\.(\d+)", kernel)
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+# Linux 6.6 (commit 9011e49d54dc, "modules: only allow symbol_get of EXPORT_SYMBOL_GPL modules";
+# also in the 6.1 and 6.5 stable series): __symbol_get() refuses a symbol not exported GPL-only,
+# and nvidia-fs finds the storage drivers' registration functions through it
+# (tests/fixtures/kernel_gate/gpl_exports.yml).
+SYMBOL_GET_GPL_ONLY = (6, 6)
+_GPL_SOURCES = "NVIDIA/NV-Kernels #10 (nvme) and #13 (NFS), ThinkParQ/beegfs#123"
+
+
+def gpl_export_result(symbol: str, kind: str, path: str, kernel: str) -> dict:
+    """``nvme.symbol.gpl``: the registration name nvidia-fs looks up must be exported
+    GPL-only where the kernel's __symbol_get() demands it. Fails only on kernels from 6.6,
+    where the rule is upstream's; elsewhere a plain export passes with a note."""
+    check = "nvme.symbol.gpl"
+    if kind == "gpl":
+        return _result(check, True, f"{path} exports {symbol} with EXPORT_SYMBOL_GPL")
+    if kind != "plain":
+        return _result(check, True, f"could not tell how {path} exports {symbol} (no "
+                       "__ksymtab/__ksymtab_gpl entry for it): not judged")
+    ver = release_numbers(kernel)
+    text = (f"{path} exports {symbol} with EXPORT_SYMBOL, not EXPORT_SYMBOL_GPL: since Linux "
+            "6.6 __symbol_get() refuses such a symbol (commit 9011e49d54dc), so nvidia-fs never "
+            "registers with this driver and GDS I/O goes through compat mode (kernel log: "
+            f"\"failing symbol_get of non-GPLONLY symbol {symbol}\"; {_GPL_SOURCES})")
+    if ver and ver >= SYMBOL_GET_GPL_ONLY:
+        return _result(check, False, text,
+                       "use a driver build that exports the nvfs registration functions with "
+                       "EXPORT_SYMBOL_GPL (NV-Kernels #10 changed the linux-nvidia kernels'; "
+                       "ask the driver's vendor for a fixed DOCA-OFED mlnx-nvme), or boot a "
+                       "kernel older than 6.6")
+    return _result(check, True, text.replace(": since Linux", f"; kernel {kernel} is older than "
+                   "6.6, where the rule is upstream's (stable backports, e.g. 6.1 and 6.5, "
+                   "carry it too, so this may still not register): since Linux", 1))
 
 
 def headers_package(kernel: str, family: str) -> str:
@@ -200,13 +241,14 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
         nvfs_path, nvfs_elf = mods["nvidia_fs"][:2]
         nvme_path, nvme_elf, nvme_deps = mods["nvme"]
         looks = nvme_lookups(nvfs_elf)
-        exported = {s for s in exported_symbols(nvme_elf) if NVME_SYMBOL_RE.fullmatch(s)}
+        kinds = {s: k for s, k in exports(nvme_elf).items() if NVME_SYMBOL_RE.fullmatch(s)}
         for dep in nvme_deps[:8]:
             with contextlib.suppress(GateError):
-                exported |= {s for s in exported_symbols(read_module(dep))
-                             if NVME_SYMBOL_RE.fullmatch(s)}
-        both = sorted(set(looks) & exported)
-        exp_text = ", ".join(sorted(exported)) or "no nvme_v*_register_nvfs_dma_ops"
+                for s, k in exports(read_module(dep)).items():
+                    if NVME_SYMBOL_RE.fullmatch(s) and kinds.get(s) in (None, "unknown"):
+                        kinds[s] = k
+        both = sorted(set(looks) & set(kinds))
+        exp_text = ", ".join(sorted(kinds)) or "no nvme_v*_register_nvfs_dma_ops"
         res.append(_result(
             "nvme.symbol", bool(both),
             f"nvidia-fs looks up {both[0]}, exported by {nvme_path}" if both else
@@ -217,6 +259,8 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
             "nvidia-fs looks up (DOCA-OFED 26.01 exports nvme_v2 on kernels without the blk DMA "
             "iterator API, fixed in 26.04: gds-nvidia-fs issue #87), or an nvidia-fs built for "
             "the same block-layer API (2.28.2+ on 6.17)"))
+        if both:
+            res.append(gpl_export_result(both[0], kinds[both[0]], nvme_path, kernel))
 
     if "nvidia" in mods:
         lic = (modinfo(mods["nvidia"][1]).get("license") or ["?"])[0]

@@ -5,16 +5,17 @@
 
 Pure standard library, so the same file serves the ``kernel_gate`` module and the kernel hook
 the nvidia_fs role installs (``python3 kernel_gate.py --kernel K --protect``, with kernel_elf.py
-beside it), which runs without Ansible when a package manager installs a kernel behind
-gdsfleet's back.
+and kernel_boot.py beside it), which runs without Ansible when a package manager installs a
+kernel behind gdsfleet's back.
 
 Everything is read from files of the kernel in question, never from the running kernel:
 ``/lib/modules/<K>/build`` (headers), ``dkms status`` for K, the built modules' own ELF
 sections (read by kernel_elf.py: ``.modinfo`` vermagic/license, the nvme registration name
 nvidia-fs looks up in its ``.rodata``, the names the nvme module exports), ``/boot/config-<K>``.
 Every byte read is bounded; a malformed ELF is a failed check that names the file, never a
-crash. This file holds the policy: which checks a kernel must pass, which kernel boots next,
-and what protection does when one fails.
+crash. This file holds the policy, which checks a kernel must pass; kernel_boot.py finds the
+kernel that boots next and does the protection (default boot entry, package holds, the
+record) when one fails.
 
 Upstream facts (tests/fixtures/kernel_gate/README.md): nvidia-fs names the nvme symbol it looks
 up as a string in its module table (NVIDIA/gds-nvidia-fs src/nvfs-dma.c ``modules_list``),
@@ -26,26 +27,18 @@ reads bounce through compat mode (gds-nvidia-fs issue #87).
 from __future__ import annotations
 
 import contextlib
-import datetime
-import glob
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # node Pythons older than 3.9 cannot evaluate list[str] at run time
-    from collections.abc import Callable
-
-    Runner = Callable[[list[str]], tuple[int, str]]
+from typing import Any
 
 
 def _sibling(name: str) -> Any:
-    """kernel_elf.py from beside this file: the kernel hook runs this file by itself and
-    provisioner loads it by path. Inside Ansible this file sits in AnsiballZ's payload, where
-    the collection import below finds the copy AnsiballZ shipped."""
+    """kernel_elf.py / kernel_boot.py from beside this file: the kernel hook runs this file by
+    itself and provisioner loads it by path. Inside Ansible this file sits in AnsiballZ's
+    payload, where the collection imports below find the copies AnsiballZ shipped."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
@@ -63,7 +56,9 @@ def _sibling(name: str) -> Any:
 
 if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_elf.py")):
     _elf = _sibling("kernel_elf")
+    _boot = _sibling("kernel_boot")
 else:
+    from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_boot as _boot
     from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_elf as _elf
 
 Elf = _elf.Elf
@@ -79,8 +74,22 @@ read_module = _elf.read_module
 vermagic_kernel = _elf.vermagic_kernel
 _modname = _elf._modname
 
-STATE_PATH = "/var/lib/gdsfleet/kernel-gate.json"
-STATE_MAX_KERNELS = 16
+STATE_PATH = _boot.STATE_PATH
+STATE_MAX_KERNELS = _boot.STATE_MAX_KERNELS
+entry_kernel = _boot.entry_kernel
+grub_default = _boot.grub_default
+hold_argv = _boot.hold_argv
+hold_packages = _boot.hold_packages
+keep_default = _boot.keep_default
+load_state = _boot.load_state
+next_boot = _boot.next_boot
+os_family = _boot.os_family
+parse_grub_default = _boot.parse_grub_default
+parse_saved_entry = _boot.parse_saved_entry
+protect = _boot.protect
+record = _boot.record
+_read = _boot._read
+
 KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}$")
 OPEN_LICENSE = "Dual MIT/GPL"
 
@@ -297,245 +306,6 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
         "reason": "; ".join(r["reason"] for r in failed),
         "fix": "; ".join(dict.fromkeys(r["fix"] for r in failed if r["fix"])),
     }
-
-
-# --- which kernel boots next -----------------------------------------------------------------
-
-def _release_order(release: str) -> tuple:
-    return tuple(int(x) for x in re.findall(r"\d+", release)[:12])
-
-
-def _read(path: str, limit: int = 1024 * 1024) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def parse_grub_default(text: str | None) -> str | None:
-    """The last GRUB_DEFAULT= assignment of /etc/default/grub then grub.d/*.cfg (as
-    grub-mkconfig sources them in order)."""
-    value = None
-    for line in (text or "").splitlines():
-        m = re.match(r"^\s*GRUB_DEFAULT=(['\"]?)(.*?)\1\s*$", line)
-        if m:
-            value = m.group(2)[:256]
-    return value
-
-
-def parse_saved_entry(grubenv: str | None) -> str | None:
-    """saved_entry of a grubenv block."""
-    for line in (grubenv or "").splitlines():
-        if line.startswith("saved_entry="):
-            return line[len("saved_entry="):].strip()[:512] or None
-    return None
-
-
-def grub_default(etc: str = "/etc") -> str | None:
-    files = [os.path.join(etc, "default/grub")]
-    files += sorted(glob.glob(os.path.join(etc, "default/grub.d/*.cfg")))
-    return parse_grub_default("\n".join(_read(f) or "" for f in files))
-
-
-def entry_kernel(entry: str | None, kernels: list[str]) -> str | None:
-    """The kernel a GRUB entry (id ``gnulinux-<K>-advanced-...`` or title ``..., with Linux
-    <K>``, possibly behind ``submenu>``) boots, if it names an installed one."""
-    if not entry:
-        return None
-    last = entry.split(">")[-1]
-    for k in sorted(kernels, key=len, reverse=True):
-        if f"gnulinux-{k}-" in last or last.endswith(f"Linux {k}") or f"Linux {k} " in last:
-            return k
-    return None
-
-
-def next_boot(boot_dir: str = "/boot", etc: str = "/etc") -> dict:
-    """The kernel the node boots next: grubby's default (RHEL family); GRUB's saved entry when
-    GRUB_DEFAULT=saved (how the gate keeps a kernel the default on Debian/Ubuntu); else the
-    newest /boot/vmlinuz-* (GRUB_DEFAULT=0)."""
-    try:
-        names = os.listdir(boot_dir)
-    except OSError:
-        names = []
-    kernels = sorted((n[8:] for n in names if n.startswith("vmlinuz-") and len(n) > 8
-                      and not n.endswith((".old", ".bak", ".efi.signed"))), key=_release_order)
-    grubby = shutil.which("grubby")
-    if grubby:
-        try:
-            out = subprocess.run([grubby, "--default-kernel"], capture_output=True, text=True,
-                                 timeout=30, check=False).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        if "vmlinuz-" in out:
-            return {"kernel": out.splitlines()[0].rsplit("vmlinuz-", 1)[1].strip(),
-                    "source": "grubby --default-kernel", "kernels": kernels}
-    if grub_default(etc) == "saved":
-        k = entry_kernel(parse_saved_entry(_read(os.path.join(boot_dir, "grub/grubenv"), 4096)),
-                         kernels)
-        if k:
-            return {"kernel": k, "source": "GRUB saved_entry", "kernels": kernels}
-    return {"kernel": kernels[-1] if kernels else None, "source": "newest /boot/vmlinuz-*",
-            "kernels": kernels}
-
-
-# --- keeping a failing kernel from booting ----------------------------------------------------
-
-GRUB_DROPIN = "/etc/default/grub.d/99-gdsfleet-kernel-gate.cfg"
-
-
-def _grub_entry_id(kernel: str, grub_cfg: str) -> str | None:
-    """``submenu-id>entry-id`` of kernel's normal (not recovery) entry in grub.cfg."""
-    text = _read(grub_cfg, 4 * 1024 * 1024) or ""
-    sub = None
-    for line in text.splitlines():
-        s = line.strip()
-        m = re.search(r"\$menuentry_id_option\s+'([^']+)'", s)
-        if not m:
-            continue
-        if s.startswith("submenu "):
-            sub = m.group(1)
-        elif s.startswith("menuentry ") and m.group(1).startswith(f"gnulinux-{kernel}-advanced-"):
-            return f"{sub}>{m.group(1)}" if sub else m.group(1)
-    return None
-
-
-def _run(argv: list[str], runner: Runner) -> tuple[int, str]:
-    try:
-        rc, out = runner(argv)
-    except OSError as exc:
-        return 127, str(exc)
-    return rc, out
-
-
-def default_runner(argv: list[str]) -> tuple[int, str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    return proc.returncode, (proc.stdout + proc.stderr)[-2000:]
-
-
-def hold_argv(kernel: str, family: str, runner: Runner = default_runner) -> list[str] | None:
-    """The command that holds the failing kernel's packages (and the installed meta packages
-    that pull new kernels), or None when nothing of it is installed."""
-    if family == "redhat":
-        names = ("kernel", "kernel-core", "kernel-modules", "kernel-devel")
-        return ["dnf", "-y", "versionlock", "exclude", *(f"{n}-{kernel}" for n in names)]
-    rc, out = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\\n",
-                    "linux-image-*", "linux-headers-*", "linux-modules-*", "linux-generic*",
-                    "linux-virtual*", "linux-nvidia*"], runner)
-    pkgs = []
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].startswith("i"):
-            name = parts[1]
-            if kernel in name or not re.search(r"[0-9]+\.[0-9]+\.[0-9]+-", name):
-                pkgs.append(name)
-    pkgs = sorted(set(pkgs))[:64]
-    return ["apt-mark", "hold", *pkgs] if pkgs else None
-
-
-def hold_packages(kernel: str, family: str, runner: Runner = default_runner,
-                  defer: bool = False) -> tuple[bool, str]:
-    """Hold the failing kernel's packages. ``defer`` (the kernel hook, which runs inside the
-    package manager's transaction and its lock): a detached process runs the hold once the
-    package manager lets go (retrying for up to an hour)."""
-    argv = hold_argv(kernel, family, runner)
-    if argv is None:
-        return False, f"no installed package of {kernel} found to hold"
-    text = " ".join(argv)
-    if defer:
-        loop = ('for i in $(seq 360); do "$@" >/dev/null 2>&1 && exit 0; sleep 10; done; '
-                'logger -t gdsfleet-kernel-gate "could not run: $*" 2>/dev/null; exit 1')
-        try:
-            subprocess.Popen(["sh", "-c", loop, "gdsfleet-kernel-gate-hold", *argv],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            return False, f"{text}: {exc}"
-        return True, f"{text} (scheduled: runs once the package manager lets go)"
-    rc, out = _run(argv, runner)
-    return rc == 0, text + ("" if rc == 0 else f": {out.strip()}")
-
-
-def keep_default(running: str, family: str, runner: Runner = default_runner,
-                 boot_dir: str = "/boot", etc: str = "/etc") -> tuple[bool, str]:
-    """Make ``running`` (the running kernel, or a kernel that passed the gate) the one the node
-    boots next."""
-    if family == "redhat" or shutil.which("grubby"):
-        rc, out = _run(["grubby", f"--set-default={boot_dir}/vmlinuz-{running}"], runner)
-        return rc == 0, f"grubby --set-default {boot_dir}/vmlinuz-{running}" + (
-            "" if rc == 0 else f": {out.strip()}")
-    dropin = os.path.join(etc, "default/grub.d/99-gdsfleet-kernel-gate.cfg")
-    if grub_default(etc) != "saved":
-        os.makedirs(os.path.dirname(dropin), exist_ok=True)
-        with open(dropin, "w", encoding="utf-8") as fh:
-            fh.write("# Managed by gdsfleet kernel gate: boot the entry grub-set-default saved,\n"
-                     "# so a kernel that failed the GDS gate is not booted.\nGRUB_DEFAULT=saved\n")
-        rc, out = _run(["update-grub"], runner)
-        if rc != 0:
-            return False, f"update-grub failed: {out.strip()}"
-    entry = _grub_entry_id(running, os.path.join(boot_dir, "grub/grub.cfg"))
-    if entry is None:
-        return False, (f"no GRUB entry for {running} in {boot_dir}/grub/grub.cfg: set it the "
-                       "default by hand (grub-set-default '<submenu id>><entry id>')")
-    rc, out = _run(["grub-set-default", entry], runner)
-    return rc == 0, f"grub-set-default {entry}" + ("" if rc == 0 else f": {out.strip()}")
-
-
-def load_state(path: str = STATE_PATH) -> dict:
-    text = _read(path, 256 * 1024)
-    try:
-        doc = json.loads(text) if text else {}
-    except ValueError:
-        doc = {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def record(gate: dict, *, running: str, nxt: dict, actions: list[dict],
-           path: str = STATE_PATH, now: str | None = None) -> dict:
-    """Write the gate's result for its kernel into the node's state file (atomically)."""
-    doc = load_state(path)
-    old = doc.get("kernels")
-    kernels: dict[str, Any] = old if isinstance(old, dict) else {}
-    kernels[gate["kernel"]] = {
-        "passed": gate["passed"],
-        "reason": gate["reason"][:2000],
-        "fix": gate["fix"][:2000],
-        "checked_at": now or datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"),
-        "actions": actions,
-    }
-    while len(kernels) > STATE_MAX_KERNELS:
-        kernels.pop(next(iter(kernels)))
-    doc = {"gdsfleet_kernel_gate": 1, "running": running, "next_boot": nxt.get("kernel"),
-           "next_boot_source": nxt.get("source"), "kernels": kernels}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
-    return doc
-
-
-def protect(gate: dict, *, running: str, family: str, runner: Runner = default_runner,
-            boot_dir: str = "/boot", etc: str = "/etc", defer_hold: bool = False) -> list[dict]:
-    """After a failed gate for a kernel other than the running one: keep the running kernel
-    the default and hold the failing kernel's packages. Returns what was done."""
-    actions: list[dict] = []
-    if gate["passed"] or gate["kernel"] == running:
-        return actions
-    ok, what = keep_default(running, family, runner, boot_dir, etc)
-    actions.append({"action": "keep_default", "ok": ok, "detail": what})
-    ok, what = hold_packages(gate["kernel"], family, runner, defer=defer_hold)
-    actions.append({"action": "hold", "ok": ok, "detail": what})
-    return actions
-
-
-def os_family() -> str:
-    text = _read("/etc/os-release", 65536) or ""
-    ids = " ".join(re.findall(r"^(?:ID|ID_LIKE)=\"?([^\"\n]*)", text, re.M)).split()
-    return "redhat" if any(i in ("rhel", "fedora", "centos", "rocky", "almalinux")
-                           for i in ids) else "debian"
 
 
 def dkms_status() -> str | None:

@@ -1,8 +1,9 @@
-"""The kernel gate is two files (plugins/module_utils/kernel_gate.py, the policy, and
-kernel_elf.py beside it, the module-file reading). Both places that run them must find the
-second: the kernel hook's directory (the nvidia_fs role copies both there and runs
-``python3 kernel_gate.py``) and Ansible's AnsiballZ payload (the ``kernel_gate`` module imports
-kernel_gate.py, which imports kernel_elf.py through the collection). A kernel release that
+"""The kernel gate is three files (plugins/module_utils/kernel_gate.py, the policy, and
+beside it kernel_elf.py, the module-file reading, and kernel_boot.py, the next boot and the
+protection). Both places that run them must find the other two: the kernel hook's directory
+(the nvidia_fs role copies all three there and runs ``python3 kernel_gate.py``) and Ansible's
+AnsiballZ payload (the ``kernel_gate`` module imports kernel_gate.py, which imports the others
+through the collection). A kernel release that
 does not exist is gated: every check fails, nothing is changed, the verdict is printed."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def test_the_hook_directory_runs_the_gate_by_itself(tmp_path: Path) -> None:
     assert json.loads(state.read_text())["kernels"][ABSENT]["passed"] is False
 
 
-def test_ansiballz_ships_kernel_elf_with_the_module(tmp_path: Path) -> None:
+def test_ansiballz_ships_the_siblings_with_the_module(tmp_path: Path) -> None:
     collections = ROOT / ".lab/collections"
     if not (collections / "ansible_collections/gdsfleet/gds").is_dir():
         pytest.skip("the collection is not installed (scripts/install_collection.sh)")

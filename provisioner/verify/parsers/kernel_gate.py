@@ -1,6 +1,6 @@
 """The kernel gate's state file (/var/lib/gdsfleet/kernel-gate.json, written by
-plugins/module_utils/kernel_gate.py) and the GRUB settings that say which entry boots next.
-Node bytes: sizes, types and counts are bounded; anything else is dropped."""
+plugins/module_utils/kernel_boot.py for kernel_gate.py) and the GRUB settings that say which
+entry boots next. Node bytes: sizes, types and counts are bounded; anything else is dropped."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def parse_state(text: str | None) -> dict[str, Any]:
     return out
 
 
-# One reading of GRUB's settings, shared with the gate itself (plugins/module_utils/kernel_gate.py)
-_GATE = collection_utils.load("kernel_gate.py")
+# One reading of GRUB's settings, shared with the gate itself (plugins/module_utils/kernel_boot.py)
+_GATE = collection_utils.load("kernel_boot.py")
 grub_default = _GATE.parse_grub_default
 saved_entry = _GATE.parse_saved_entry
 entry_kernel = _GATE.entry_kernel

@@ -285,6 +285,26 @@ def read_module(path: str) -> Elf:
 
 # --- which module loads on a kernel ----------------------------------------------------------
 
+def reference_vermagic(modules_dir: str) -> str | None:
+    """The vermagic flags (every word after the release) of the kernel's own modules: the first
+    readable module under kernel/ (None when there is none)."""
+    seen = 0
+    for root, dirs, files in os.walk(os.path.join(modules_dir, "kernel")):
+        dirs.sort()
+        for f in sorted(files):
+            seen += 1
+            if seen > MAX_WALK:
+                return None
+            if re.search(r"\.ko(\.(gz|xz|zst))?$", f):
+                try:
+                    vm = modinfo(read_module(os.path.join(root, f))).get("vermagic")
+                except GateError:
+                    continue
+                if vm:
+                    return " ".join(vm[0].split()[1:])
+    return None
+
+
 def _modname(path: str) -> str:
     base = os.path.basename(path)
     base = re.sub(r"\.ko(\.(gz|xz|zst))?$", "", base)

@@ -67,6 +67,9 @@ MAX_DEP_BYTES = _elf.MAX_DEP_BYTES
 NVME_SYMBOL_RE = _elf.NVME_SYMBOL_RE
 exported_symbols = _elf.exported_symbols
 exports = _elf.exports
+modversions = _elf.modversions
+read_symvers = _elf.read_symvers
+reference_vermagic = _elf.reference_vermagic
 find_module = _elf.find_module
 modinfo = _elf.modinfo
 nvme_lookups = _elf.nvme_lookups
@@ -160,6 +163,103 @@ def headers_package(kernel: str, family: str) -> str:
     return f"kernel-devel-{kernel}" if family == "redhat" else f"linux-headers-{kernel}"
 
 
+_REBUILD = "a newer kernel may need a newer nvidia-fs (2.26.6 for 6.11/6.14, 2.28.2 for 6.17)"
+
+
+def _dkms_results(kernel: str, entries: list[dict] | None, wanted: list[str], hdr: str,
+                  packaged: dict[str, str]) -> list[dict]:
+    """``dkms.<module>``: DKMS has it ``installed`` for the kernel; or, for a module DKMS did
+    not build (``packaged``: module -> why it stands in), the packaged one that loads."""
+    res = []
+    for name in wanted:
+        mine = [e for e in entries or [] if e["module"] == name]
+        ok = [e for e in mine if e["kernel"] == kernel and e["state"] == "installed"]
+        if ok:
+            res.append(_result(f"dkms.{name}", True,
+                               f"DKMS {name}/{ok[0]['version']} installed for {kernel}"))
+            continue
+        if name in packaged:
+            res.append(_result(f"dkms.{name}", True, packaged[name]))
+            continue
+        if entries is None:
+            res.append(_result(f"dkms.{name}", False, "dkms is not installed (no `dkms status`)"
+                               f" and no packaged {name} module for {kernel}",
+                               "install dkms and nvidia-fs-dkms (the nvidia_fs role does), or "
+                               f"the kernel's prebuilt module package (linux-modules-{name}-"
+                               f"{kernel} on linux-nvidia kernels)"))
+            continue
+        seen = ", ".join(f"{e['version']} {e['kernel']} {e['state']}" for e in mine
+                         if e["kernel"] == kernel) or "no entry"
+        res.append(_result(
+            f"dkms.{name}", False, f"DKMS has no {name} installed for {kernel} ({seen})",
+            f"install {hdr}, run `dkms autoinstall -k {kernel}` and read "
+            f"/var/lib/dkms/{name}/<version>/build/make.log; {_REBUILD}"))
+    return res
+
+
+def _vermagic_result(mod: str, owner: str, path: str, elf: Any, kernel: str, mdir: str,
+                     boot_dir: str) -> dict:
+    """``vermagic.<mod>``: built for this kernel; or, reached through weak-updates/ (RHEL
+    kmod packages, linked by weak-modules), loadable as the kernel's loader judges it: the
+    vermagic's flags equal the kernel's and every imported symbol's CRC equals the kernel's
+    symvers (same_magic skips the release word when the module has CRCs;
+    tests/fixtures/kernel_gate/weak_updates.yml)."""
+    check = f"vermagic.{mod}"
+    vk = vermagic_kernel(elf)
+    fix = (f"rebuild {owner} for {kernel} (`dkms install --force ... -k {kernel}`) and run "
+           f"depmod {kernel}")
+    if vk == kernel:
+        return _result(check, True, f"{path}: vermagic {vk}")
+    if not os.path.relpath(path, mdir).startswith("weak-updates" + os.sep):
+        return _result(check, False, f"{path} was built for {vk or 'no vermagic'}, not {kernel}",
+                       fix)
+    kabi_fix = (f"install {owner} built for {kernel}'s kABI (the kmod package of this RHEL "
+                f"minor release) and run `weak-modules --add-kernel {kernel}`")
+    where = f"{path} (weak-updates/, built for {vk})"
+    crcs = modversions(elf)
+    if not crcs:
+        return _result(check, False, f"{where} has no __versions (symbol CRCs), so the "
+                       f"kernel compares its whole vermagic and refuses a module built for {vk}",
+                       kabi_fix)
+    own = reference_vermagic(mdir)
+    flags = " ".join((modinfo(elf).get("vermagic") or [""])[0].split()[1:])
+    if own is not None and flags != own:
+        return _result(check, False, f"{where}: vermagic flags '{flags}' differ from "
+                       f"{kernel}'s '{own}': the kernel refuses it", kabi_fix)
+    for symvers in (os.path.join(boot_dir, f"symvers-{kernel}.gz"),
+                    os.path.join(mdir, "symvers.gz"), os.path.join(mdir, "symvers.xz")):
+        table = read_symvers(symvers)
+        if table:
+            break
+    else:
+        return _result(check, True, f"{where}: kABI not re-checked here (no symvers of "
+                       f"{kernel} in {boot_dir} or {mdir}); weak-modules links only modules "
+                       f"whose CRCs match /boot/symvers-{kernel}.gz")
+    bad = sorted(sym for sym, crc in crcs.items() if sym in table and table[sym] != crc)
+    if bad:
+        return _result(check, False, f"{where}: the CRC of {', '.join(bad[:8])} disagrees "
+                       f"with {symvers}: the kernel refuses it (\"disagrees about version of "
+                       "symbol\")", kabi_fix)
+    known = sum(1 for sym in crcs if sym in table)
+    return _result(check, True, f"{where}: kABI-compatible with {kernel}: {known} symbol "
+                   f"CRC(s) match {symvers}, vermagic flags match")
+
+
+def _packaged(mods: dict, kernel: str, mdir: str) -> dict[str, str]:
+    """nvidia-fs modules DKMS did not build that load on the kernel with its vermagic: a
+    linux-nvidia kernel's linux-modules-nvidia-fs-<K> (ubuntu/nvidia-fs/), a kmod package."""
+    out = {}
+    if "nvidia_fs" in mods:
+        path, elf = mods["nvidia_fs"][:2]
+        rel = os.path.relpath(path, mdir)
+        if not rel.startswith("updates" + os.sep + "dkms" + os.sep) \
+                and vermagic_kernel(elf) == kernel:
+            out["nvidia-fs"] = (f"no DKMS nvidia-fs for {kernel}; the nvidia-fs that loads on it "
+                                f"is not built by DKMS: {path} (vermagic {kernel}), a packaged "
+                                f"module such as linux-modules-nvidia-fs-{kernel}")
+    return out
+
+
 def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
              family: str = "debian", modules_root: str = "/lib/modules",
              boot_dir: str = "/boot", mlnx_nvme: str = "auto", nvidia_dkms: str = "auto",
@@ -179,73 +279,53 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
                        "nvidia-fs for it",
                        f"install {hdr}, then `dkms autoinstall -k {kernel}`"))
 
-    # 2. dkms installed for that kernel
-    entries = parse_dkms(dkms_text or "") if dkms_text is not None else None
-    wanted = []
-    if route == "nvfs":
-        wanted.append("nvidia-fs")
-    if entries is None:
-        if wanted:
-            res.append(_result("dkms", False, "dkms is not installed (no `dkms status`)",
-                               "install dkms and nvidia-fs-dkms (the nvidia_fs role does)"))
-    else:
-        names = {e["module"] for e in entries}
-        if route == "nvfs" and (mlnx_nvme == "yes" or (mlnx_nvme == "auto"
-                                                       and "mlnx-nvme" in names)):
-            wanted.append("mlnx-nvme")
-        for drv in ("nvidia", "nvidia-open"):
-            if nvidia_dkms == "yes" or (nvidia_dkms == "auto" and drv in names):
-                wanted.append(drv)
-                break
-        for name in wanted:
-            mine = [e for e in entries if e["module"] == name]
-            ok = [e for e in mine if e["kernel"] == kernel and e["state"] == "installed"]
-            seen = ", ".join(f"{e['version']} {e['kernel']} {e['state']}" for e in mine
-                             if e["kernel"] == kernel) or "no entry"
-            res.append(_result(
-                f"dkms.{name}", bool(ok),
-                f"DKMS {name}/{ok[0]['version']} installed for {kernel}" if ok else
-                f"DKMS has no {name} installed for {kernel} ({seen})",
-                f"install {hdr}, run `dkms autoinstall -k {kernel}` and read "
-                f"/var/lib/dkms/{name}/<version>/build/make.log; a newer kernel may need a newer "
-                "nvidia-fs (2.26.6 for 6.11/6.14, 2.28.2 for 6.17)"))
-
-    # 3. vermagic of what will load; 4. the nvme symbol
-    mods = {}
+    # 2. the modules that will load: present, vermagic (or kABI through weak-updates/)
+    mods: dict = {}
     to_read = []
     if route == "nvfs":
         to_read.append(("nvidia_fs", "nvidia-fs"))
         if check_nvme_symbol:
             to_read.append(("nvme", "mlnx-nvme (DOCA-OFED's GDS-patched nvme, mlnx-nvme-dkms)"))
     to_read.append(("nvidia", "the NVIDIA driver"))
+    mod_results = []
     for mod, owner in to_read:
         path, deps = find_module(mdir, mod)
         if path is None:
             builtin = _read(os.path.join(mdir, "modules.builtin"), MAX_DEP_BYTES) or ""
             if any(_modname(x) == mod for x in builtin.split()):
-                res.append(_result(f"module.{mod}", False,
-                                   f"{mod} is built into {kernel} (modules.builtin): a built-in "
-                                   "module cannot be replaced by the GDS-patched one",
-                                   f"use a kernel that builds {mod} as a module"))
+                mod_results.append(_result(
+                    f"module.{mod}", False, f"{mod} is built into {kernel} (modules.builtin): "
+                    "a built-in module cannot be replaced by the GDS-patched one",
+                    f"use a kernel that builds {mod} as a module"))
                 continue
-            res.append(_result(f"module.{mod}", False, f"no {mod}.ko for {kernel} under {mdir}",
-                               f"build {owner} for {kernel} (`dkms autoinstall -k {kernel}`) "
-                               "or install its kernel module package"))
+            mod_results.append(_result(
+                f"module.{mod}", False, f"no {mod}.ko for {kernel} under {mdir}",
+                f"build {owner} for {kernel} (`dkms autoinstall -k {kernel}`) or install its "
+                "kernel module package"))
             continue
         try:
             elf = read_module(path)
         except GateError as exc:
-            res.append(_result(f"module.{mod}", False, str(exc),
-                               f"rebuild {owner} for {kernel}"))
+            mod_results.append(_result(f"module.{mod}", False, str(exc),
+                                       f"rebuild {owner} for {kernel}"))
             continue
         mods[mod] = (path, elf, deps)
-        vk = vermagic_kernel(elf)
-        res.append(_result(f"vermagic.{mod}", vk == kernel,
-                           f"{path}: vermagic {vk}" if vk == kernel else
-                           f"{path} was built for {vk or 'no vermagic'}, not {kernel}",
-                           f"rebuild {owner} for {kernel} (`dkms install --force ... -k "
-                           f"{kernel}`) and run depmod {kernel}"))
+        mod_results.append(_vermagic_result(mod, owner, path, elf, kernel, mdir, boot_dir))
 
+    # 3. DKMS has them installed for that kernel (or a packaged module stands in)
+    entries = parse_dkms(dkms_text or "") if dkms_text is not None else None
+    wanted = ["nvidia-fs"] if route == "nvfs" else []
+    names = {e["module"] for e in entries or []}
+    if route == "nvfs" and (mlnx_nvme == "yes" or (mlnx_nvme == "auto" and "mlnx-nvme" in names)):
+        wanted.append("mlnx-nvme")
+    for drv in ("nvidia", "nvidia-open"):
+        if nvidia_dkms == "yes" or (nvidia_dkms == "auto" and drv in names):
+            wanted.append(drv)
+            break
+    res += _dkms_results(kernel, entries, wanted, hdr, _packaged(mods, kernel, mdir))
+    res += mod_results
+
+    # 4. the nvme symbol
     if route == "nvfs" and check_nvme_symbol and "nvidia_fs" in mods and "nvme" in mods:
         nvfs_path, nvfs_elf = mods["nvidia_fs"][:2]
         nvme_path, nvme_elf, nvme_deps = mods["nvme"]

@@ -10,6 +10,9 @@
 - ``protect``: make the running kernel the default boot entry (``keep_default``) and hold the
   failing kernel's packages (``hold_packages``); ``record``: the gate's verdict per kernel in
   the node's state file, which ``provisioner verify`` reads.
+- ``package_manager_pid`` and ``regate_after``: when the kernel hook must defer its verdict
+  (the image is configured before its headers), gate again once the package manager that ran
+  the hook has exited.
 
 Pure standard library, Python 3.8+: kernel_gate.py (the gate's policy) loads it from beside
 itself in the kernel hook; inside Ansible, AnsiballZ ships it with the module.
@@ -234,6 +237,7 @@ def record(gate: dict, *, running: str, nxt: dict, actions: list[dict],
     kernels: dict[str, Any] = old if isinstance(old, dict) else {}
     kernels[gate["kernel"]] = {
         "passed": gate["passed"],
+        "deferred": bool(gate.get("deferred")),
         "reason": gate["reason"][:2000],
         "fix": gate["fix"][:2000],
         "checked_at": now or datetime.datetime.now(datetime.timezone.utc).strftime(
@@ -272,3 +276,60 @@ def os_family() -> str:
     ids = " ".join(re.findall(r"^(?:ID|ID_LIKE)=\"?([^\"\n]*)", text, re.M)).split()
     return "redhat" if any(i in ("rhel", "fedora", "centos", "rocky", "almalinux")
                            for i in ids) else "debian"
+
+
+# --- deferring the verdict until the package manager is done ----------------------------------
+
+# The processes that run /etc/kernel/postinst.d hooks (through dpkg) for a whole transaction;
+# comm is cut to 15 characters ("unattended-upgrades" -> "unattended-upgr").
+PACKAGE_MANAGERS = ("apt", "apt-get", "aptitude", "unattended-upgr", "dpkg")
+
+
+def _stat(proc_root: str, pid: int) -> tuple[str, int] | None:
+    """(comm, ppid) of a process from /proc/<pid>/stat (comm may hold spaces and parens)."""
+    text = _read(os.path.join(proc_root, str(pid), "stat"), 4096)
+    if not text or ")" not in text:
+        return None
+    comm = text[text.find("(") + 1:text.rfind(")")]
+    rest = text[text.rfind(")") + 1:].split()
+    if len(rest) < 2 or not rest[1].isdigit():
+        return None
+    return comm, int(rest[1])
+
+
+def package_manager_pid(proc_root: str = "/proc", start: int | None = None) -> int | None:
+    """The outermost package manager among this process's ancestors (apt over the dpkg it
+    runs: one apt run may configure the kernel image and its headers in separate dpkg runs),
+    or None when the hook was not run by one."""
+    pid = os.getppid() if start is None else start
+    found = None
+    for _ in range(64):
+        st = _stat(proc_root, pid)
+        if st is None:
+            break
+        if st[0] in PACKAGE_MANAGERS:
+            found = pid
+        if st[1] <= 1:
+            break
+        pid = st[1]
+    return found
+
+
+def regate_after(pid: int, argv: list[str], *, tries: int = 360,
+                 interval: float = 10) -> tuple[bool, str]:
+    """Run ``argv`` (the gate with --protect) in a detached process once process ``pid`` (the
+    package manager) has exited, waiting ``tries`` x ``interval`` seconds at most (an hour);
+    its verdict goes to the journal."""
+    loop = (f'pid=$1; shift; i=0; while [ "$i" -lt {int(tries)} ] && kill -0 "$pid" '
+            f'2>/dev/null; do sleep {float(interval)}; i=$((i+1)); done; out=$("$@" 2>&1); '
+            'printf "%s\\n" "$out" | logger -t gdsfleet-kernel-gate -p user.warning '
+            '2>/dev/null; exit 0')
+    try:
+        subprocess.Popen(["sh", "-c", loop, "gdsfleet-kernel-gate-regate", str(pid), *argv],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        return False, f"could not schedule the gate after process {pid}: {exc}"
+    return True, (f"gates again with protection once the package manager (process {pid}) has "
+                  "exited")
+

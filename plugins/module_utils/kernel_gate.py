@@ -403,16 +403,67 @@ def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
+# What ran the gate: the kernel hook of the kernel image (/etc/kernel/postinst.d), of its
+# headers (/etc/kernel/header_postinst.d, Debian/Ubuntu only), of kernel-install (RHEL),
+# "final" (the re-run once the package manager is done), or a person ("manual").
+TRIGGERS = ("image", "headers", "install", "final", "manual")
+
+
+def deferral(kernel: str, trigger: str, gate: dict, modules_root: str = "/lib/modules",
+             boot_dir: str = "/boot") -> str | None:
+    """Why the hook's failed verdict is not final yet (None: it is). DKMS hooks both
+    /etc/kernel/postinst.d and /etc/kernel/header_postinst.d (dell/dkms Makefile) and builds
+    only once the headers are in place (its dkms_autoinstaller looks for
+    ``/lib/modules/<K>/build/include``; the gate's ``headers`` check for ``build``, which the
+    same package brings): when the image is configured before its headers, the build, and so
+    the gate, must wait for the headers' hook; when the headers come first, the image's hook
+    gates."""
+    if gate["passed"]:
+        return None
+    if trigger == "image" and not os.path.isdir(os.path.join(modules_root, kernel, "build")):
+        return (f"the headers of {kernel} are not configured yet: DKMS builds when they are "
+                "(/etc/kernel/header_postinst.d/dkms), and the gate runs again then")
+    if trigger == "headers" and not os.path.exists(os.path.join(boot_dir, f"vmlinuz-{kernel}")):
+        return (f"the image of {kernel} is not installed yet: the gate runs again when it is "
+                "(/etc/kernel/postinst.d)")
+    return None
+
+
+def hook_actions(gate: dict, *, trigger: str, protect_on: bool, running: str, family: str,
+                 rerun: list[str], modules_root: str = "/lib/modules", boot_dir: str = "/boot",
+                 etc: str = "/etc", proc_root: str = "/proc") -> list[dict]:
+    """What the hook does after the verdict: nothing on a pass; on a failure whose final
+    verdict must wait (``deferral``), record "deferred" and, when a package manager ran the
+    hook, gate again (``rerun``, with protection) once it has exited, so a kernel whose headers
+    never come is still protected; else protect (inside dpkg/rpm the hold is deferred until
+    the package manager lets go)."""
+    why = deferral(gate["kernel"], trigger, gate, modules_root, boot_dir)
+    if why and protect_on:
+        gate["deferred"] = True
+        gate["reason"] = f"DEFERRED ({why}): {gate['reason']}"
+        pid = _boot.package_manager_pid(proc_root) if trigger == "image" else None
+        if pid is None:
+            return [{"action": "defer", "ok": True, "detail": why}]
+        ok, what = _boot.regate_after(pid, rerun)
+        return [{"action": "defer", "ok": ok, "detail": f"{why}; {what}"}]
+    if not protect_on:
+        return []
+    return protect(gate, running=running, family=family, boot_dir=boot_dir, etc=etc,
+                   defer_hold=trigger in ("image", "headers", "install"))
+
+
 def cli(argv: list[str]) -> int:
     """The kernel hook's entry point: gate one kernel; with --protect keep the running kernel
-    the default and hold the failing one; always record the result. Exit 0 (a hook must not
-    break the package manager), the verdict goes to stdout (the journal through the hook)."""
+    the default and hold the failing one (or defer, ``hook_actions``); always record the
+    result. Exit 0 (a hook must not break the package manager), the verdict goes to stdout (the
+    journal through the hook)."""
     import argparse
 
     ap = argparse.ArgumentParser(description="gdsfleet kernel gate")
     ap.add_argument("--kernel")
     ap.add_argument("--route", default="nvfs", choices=["nvfs", "p2pdma"])
     ap.add_argument("--protect", action="store_true")
+    ap.add_argument("--trigger", default="manual", choices=list(TRIGGERS))
     ap.add_argument("--state", default=STATE_PATH)
     args = ap.parse_args(argv)
     running = os.uname().release
@@ -424,12 +475,13 @@ def cli(argv: list[str]) -> int:
     except GateError as exc:
         _say(f"gdsfleet kernel gate: {exc}")
         return 0
-    # the hook runs inside dpkg/rpm: the package lock is held, so the hold is deferred
-    actions = protect(gate, running=running, family=family,
-                      defer_hold=True) if args.protect else []
+    rerun = [sys.executable or "python3", os.path.abspath(__file__), "--kernel", kernel,
+             "--route", args.route, "--protect", "--trigger", "final", "--state", args.state]
+    actions = hook_actions(gate, trigger=args.trigger, protect_on=args.protect,
+                           running=running, family=family, rerun=rerun)
     nxt = next_boot()
     record(gate, running=running, nxt=nxt, actions=actions, path=args.state)
-    verdict = "PASS" if gate["passed"] else "FAIL"
+    verdict = "DEFERRED" if gate.get("deferred") else "PASS" if gate["passed"] else "FAIL"
     why = "" if gate["passed"] else f": {gate['reason']}. To fix: {gate['fix']}"
     _say(f"gdsfleet kernel gate: {verdict} for kernel {kernel} (running {running}, next boot "
          f"{nxt.get('kernel')}){why}")

@@ -20,7 +20,7 @@ def _s(value: Any, limit: int = MAX_TEXT) -> str:
 
 
 def parse_state(text: str | None) -> dict[str, Any]:
-    """{present, error, running, next_boot, kernels: {release: {passed, reason, fix,
+    """{present, error, running, next_boot, kernels: {release: {passed, deferred, reason, fix,
     checked_at, actions}}}."""
     out: dict[str, Any] = {"present": bool(text and text.strip()), "error": None,
                            "running": None, "next_boot": None, "kernels": {}}
@@ -46,7 +46,8 @@ def parse_state(text: str | None) -> dict[str, Any]:
             raw = r.get("actions")
             actions: list[Any] = raw if isinstance(raw, list) else []
             out["kernels"][release] = {
-                "passed": r["passed"], "reason": _s(r.get("reason")), "fix": _s(r.get("fix")),
+                "passed": r["passed"], "deferred": r.get("deferred") is True,
+                "reason": _s(r.get("reason")), "fix": _s(r.get("fix")),
                 "checked_at": _s(r.get("checked_at"), 40),
                 "actions": [{"action": _s(a.get("action"), 40), "ok": a.get("ok") is True,
                              "detail": _s(a.get("detail"), 500)}

@@ -214,6 +214,14 @@ def modversions(elf: Elf) -> dict[str, int]:
 def read_symvers(path: str) -> dict[str, int] | None:
     """A kernel's Module.symvers (``0x<crc> <symbol> <module> <export kind> [namespace]``,
     tab-separated; .gz, .xz or plain), symbol -> CRC; None when the file is missing."""
+    table = symvers_exports(path)
+    return None if table is None else {sym: crc for sym, (crc, _, _) in table.items()}
+
+
+def symvers_exports(path: str) -> dict[str, tuple[int, str, str]] | None:
+    """Module.symvers as symbol -> (CRC, module, "gpl" | "plain" | "unknown"): the module is
+    ``vmlinux`` for what is built into the kernel, the kind from EXPORT_SYMBOL_GPL /
+    EXPORT_SYMBOL (scripts/mod/modpost.c writes both). None when the file is missing."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_DEP_BYTES + 1)
@@ -224,11 +232,14 @@ def read_symvers(path: str) -> dict[str, int] | None:
             raw = lzma.LZMADecompressor().decompress(raw, MAX_DEP_BYTES + 1)
     except (OSError, EOFError, lzma.LZMAError):
         return None
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int, str, str]] = {}
+    kinds = {"EXPORT_SYMBOL_GPL": "gpl", "EXPORT_SYMBOL": "plain"}
     for line in raw[:MAX_DEP_BYTES].decode("utf-8", "replace").splitlines():
         parts = line.split()
         if len(parts) >= 2 and re.fullmatch(r"0x[0-9a-fA-F]{1,16}", parts[0]):
-            out[parts[1][:200]] = int(parts[0], 16) & 0xFFFFFFFF
+            out[parts[1][:200]] = (int(parts[0], 16) & 0xFFFFFFFF,
+                                   parts[2][:200] if len(parts) > 2 else "",
+                                   kinds.get(parts[3] if len(parts) > 3 else "", "unknown"))
     return out
 
 

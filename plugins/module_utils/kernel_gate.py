@@ -69,6 +69,7 @@ exported_symbols = _elf.exported_symbols
 exports = _elf.exports
 modversions = _elf.modversions
 read_symvers = _elf.read_symvers
+symvers_exports = _elf.symvers_exports
 reference_vermagic = _elf.reference_vermagic
 find_module = _elf.find_module
 modinfo = _elf.modinfo
@@ -197,6 +198,20 @@ def _dkms_results(kernel: str, entries: list[dict] | None, wanted: list[str], hd
     return res
 
 
+def _headers_result(kernel: str, mdir: str, hdr: str, have: bool, dkms_res: list[dict]) -> dict:
+    """``headers``: DKMS builds only with them (dkms_autoinstaller). They fail the kernel only
+    when a module DKMS must build for it is missing; a kernel whose GDS modules are packaged
+    (linux-modules-nvidia-fs-<K>, kmod packages) or already built needs none to boot."""
+    if have:
+        return _result("headers", True, f"headers of {kernel} installed")
+    if all(r["ok"] for r in dkms_res):
+        return _result("headers", True, f"no headers for {kernel} ({mdir}/build is missing); "
+                       "not needed: no module DKMS must build for it is missing")
+    return _result("headers", False, f"no headers for {kernel} ({mdir}/build is missing): DKMS "
+                   "cannot build nvidia-fs for it", f"install {hdr}, then `dkms autoinstall -k "
+                   f"{kernel}`")
+
+
 def _vermagic_result(mod: str, owner: str, path: str, elf: Any, kernel: str, mdir: str,
                      boot_dir: str) -> dict:
     """``vermagic.<mod>``: built for this kernel; or, reached through weak-updates/ (RHEL
@@ -226,8 +241,7 @@ def _vermagic_result(mod: str, owner: str, path: str, elf: Any, kernel: str, mdi
     if own is not None and flags != own:
         return _result(check, False, f"{where}: vermagic flags '{flags}' differ from "
                        f"{kernel}'s '{own}': the kernel refuses it", kabi_fix)
-    for symvers in (os.path.join(boot_dir, f"symvers-{kernel}.gz"),
-                    os.path.join(mdir, "symvers.gz"), os.path.join(mdir, "symvers.xz")):
+    for symvers in _symvers_paths(kernel, mdir, boot_dir):
         table = read_symvers(symvers)
         if table:
             break
@@ -260,6 +274,42 @@ def _packaged(mods: dict, kernel: str, mdir: str) -> dict[str, str]:
     return out
 
 
+def _symvers_paths(kernel: str, mdir: str, boot_dir: str) -> tuple[str, ...]:
+    """Where a kernel's Module.symvers lies: RHEL's /boot/symvers-<K>.gz, a symvers.gz|xz in
+    its module tree, the headers' Module.symvers (Debian/Ubuntu)."""
+    return (os.path.join(boot_dir, f"symvers-{kernel}.gz"), os.path.join(mdir, "symvers.gz"),
+            os.path.join(mdir, "symvers.xz"), os.path.join(mdir, "build", "Module.symvers"))
+
+
+def _builtin_nvme(kernel: str, mdir: str, boot_dir: str) -> tuple[str, dict[str, str]] | None:
+    """A built-in nvme that exports the nvfs registration itself (a kernel carrying the
+    NV-Kernels #10 patch with CONFIG_BLK_DEV_NVME=y): its name and kinds, from the kernel's
+    Module.symvers (module ``vmlinux``; nvidia-fs's __symbol_get() finds vmlinux's exports as
+    well as a module's: tests/fixtures/kernel_gate/builtin_nvme.yml); None when none says so."""
+    for path in _symvers_paths(kernel, mdir, boot_dir):
+        table = symvers_exports(path)
+        if table is not None:
+            kinds = {sym: kind for sym, (_, owner, kind) in table.items()
+                     if NVME_SYMBOL_RE.fullmatch(sym) and owner == "vmlinux"}
+            return (f"{kernel}'s built-in nvme ({path})", kinds) if kinds else None
+    return None
+
+
+def _builtin_result(mod: str, kernel: str, builtin_nvme: tuple | None) -> dict:
+    """``module.<mod>`` for a module built into the kernel (modules.builtin): modprobe loads
+    nothing then, so no GDS-patched module (mlnx-nvme) can take its place. A built-in nvme
+    passes only when the kernel's symvers shows it exports the registration itself."""
+    if mod == "nvme" and builtin_nvme:
+        return _result("module.nvme", True, f"{builtin_nvme[0]} exports "
+                       f"{', '.join(sorted(builtin_nvme[1]))} itself")
+    return _result(f"module.{mod}", False, f"{mod} is built into {kernel} (modules.builtin): "
+                   "a built-in module cannot be replaced by the GDS-patched one"
+                   + (" and the kernel's Module.symvers (/boot/symvers-<K>.gz or the headers') "
+                      "names no nvme_v*_register_nvfs_dma_ops it exports itself"
+                      if mod == "nvme" else ""),
+                   f"use a kernel that builds {mod} as a module")
+
+
 def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
              family: str = "debian", modules_root: str = "/lib/modules",
              boot_dir: str = "/boot", mlnx_nvme: str = "auto", nvidia_dkms: str = "auto",
@@ -271,13 +321,8 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
     hdr = headers_package(kernel, family)
     res = []
 
-    # 1. headers
+    # 1. headers (judged once DKMS's part is known, below)
     have_headers = os.path.isdir(os.path.join(mdir, "build"))
-    res.append(_result("headers", have_headers,
-                       f"headers of {kernel} installed" if have_headers else
-                       f"no headers for {kernel} ({mdir}/build is missing): DKMS cannot build "
-                       "nvidia-fs for it",
-                       f"install {hdr}, then `dkms autoinstall -k {kernel}`"))
 
     # 2. the modules that will load: present, vermagic (or kABI through weak-updates/)
     mods: dict = {}
@@ -288,15 +333,15 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
             to_read.append(("nvme", "mlnx-nvme (DOCA-OFED's GDS-patched nvme, mlnx-nvme-dkms)"))
     to_read.append(("nvidia", "the NVIDIA driver"))
     mod_results = []
+    builtin_nvme: tuple[str, dict[str, str]] | None = None
     for mod, owner in to_read:
         path, deps = find_module(mdir, mod)
         if path is None:
             builtin = _read(os.path.join(mdir, "modules.builtin"), MAX_DEP_BYTES) or ""
             if any(_modname(x) == mod for x in builtin.split()):
-                mod_results.append(_result(
-                    f"module.{mod}", False, f"{mod} is built into {kernel} (modules.builtin): "
-                    "a built-in module cannot be replaced by the GDS-patched one",
-                    f"use a kernel that builds {mod} as a module"))
+                if mod == "nvme":
+                    builtin_nvme = _builtin_nvme(kernel, mdir, boot_dir)
+                mod_results.append(_builtin_result(mod, kernel, builtin_nvme))
                 continue
             mod_results.append(_result(
                 f"module.{mod}", False, f"no {mod}.ko for {kernel} under {mdir}",
@@ -322,20 +367,24 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
         if nvidia_dkms == "yes" or (nvidia_dkms == "auto" and drv in names):
             wanted.append(drv)
             break
-    res += _dkms_results(kernel, entries, wanted, hdr, _packaged(mods, kernel, mdir))
-    res += mod_results
+    dkms_res = _dkms_results(kernel, entries, wanted, hdr, _packaged(mods, kernel, mdir))
+    res += [_headers_result(kernel, mdir, hdr, have_headers, dkms_res)] + dkms_res + mod_results
 
     # 4. the nvme symbol
-    if route == "nvfs" and check_nvme_symbol and "nvidia_fs" in mods and "nvme" in mods:
+    if route == "nvfs" and check_nvme_symbol and "nvidia_fs" in mods and (
+            "nvme" in mods or builtin_nvme):
         nvfs_path, nvfs_elf = mods["nvidia_fs"][:2]
-        nvme_path, nvme_elf, nvme_deps = mods["nvme"]
         looks = nvme_lookups(nvfs_elf)
-        kinds = {s: k for s, k in exports(nvme_elf).items() if NVME_SYMBOL_RE.fullmatch(s)}
-        for dep in nvme_deps[:8]:
-            with contextlib.suppress(GateError):
-                for s, k in exports(read_module(dep)).items():
-                    if NVME_SYMBOL_RE.fullmatch(s) and kinds.get(s) in (None, "unknown"):
-                        kinds[s] = k
+        if builtin_nvme:
+            nvme_path, kinds = builtin_nvme
+        else:
+            nvme_path, nvme_elf, nvme_deps = mods["nvme"]
+            kinds = {s: k for s, k in exports(nvme_elf).items() if NVME_SYMBOL_RE.fullmatch(s)}
+            for dep in nvme_deps[:8]:
+                with contextlib.suppress(GateError):
+                    for s, k in exports(read_module(dep)).items():
+                        if NVME_SYMBOL_RE.fullmatch(s) and kinds.get(s) in (None, "unknown"):
+                            kinds[s] = k
         both = sorted(set(looks) & set(kinds))
         exp_text = ", ".join(sorted(kinds)) or "no nvme_v*_register_nvfs_dma_ops"
         res.append(_result(

@@ -152,3 +152,55 @@ def test_no_nvidia_fs_at_all_still_fails_on_dkms(tmp_path: Path) -> None:
     (root / K_NV / "ubuntu/nvidia-fs/nvidia-fs.ko").unlink()
     f = failed(kg.evaluate(K_NV, dkms_text="", modules_root=str(root)))
     assert {"dkms.nvidia-fs", "module.nvidia_fs"} <= set(f)
+
+
+def test_without_headers_a_kernel_whose_modules_are_all_packaged_passes(tmp_path: Path) -> None:
+    """The headers matter because DKMS builds only with them (dkms_autoinstaller,
+    tests/fixtures/kernel_gate/dkms_hooks.yml). Before, their absence failed, and so held, a
+    linux-nvidia kernel whose nvidia-fs and driver are prebuilt packages: no upstream rule
+    asks for headers a kernel's modules do not need."""
+    root = nvidia_kernel_node(tmp_path, K_NV)
+    (root / K_NV / "build").rmdir()
+    for text in ("", None):
+        g = kg.evaluate(K_NV, dkms_text=text, modules_root=str(root))
+        assert g["passed"], failed(g)
+        h = next(r for r in g["results"] if r["check"] == "headers")
+        assert "not needed" in h["reason"]
+    (root / K_NV / "ubuntu/nvidia-fs/nvidia-fs.ko").unlink()  # DKMS must build it: headers count
+    assert {"headers", "dkms.nvidia-fs"} <= set(failed(kg.evaluate(
+        K_NV, dkms_text="", modules_root=str(root))))
+
+
+def builtin_nvme_node(tmp: Path, symvers: str | None) -> Path:
+    """nvidia_kernel_node with nvme built in (modules.builtin; ASSUMPTION: no source read shows
+    a linux-nvidia kernel with CONFIG_BLK_DEV_NVME=y, the NV-Kernels #10 patch is what makes
+    such a kernel exporting the registration possible) and the headers' Module.symvers."""
+    root = nvidia_kernel_node(tmp, K_NV)
+    mdir = root / K_NV
+    (mdir / "kernel/drivers/nvme/host/nvme.ko").unlink()
+    (mdir / "modules.builtin").write_text("kernel/drivers/nvme/host/nvme.ko\n")
+    if symvers is not None:
+        (mdir / "build/Module.symvers").write_text(
+            "0x12345678\tnvme_init_ctrl\tvmlinux\tEXPORT_SYMBOL_GPL\t\n" + symvers)
+    return root
+
+
+def test_a_built_in_nvme_that_exports_the_registration_itself_passes(tmp_path: Path) -> None:
+    """Before: any built-in nvme failed (and held) the kernel, though nvidia-fs's
+    __symbol_get() finds a name vmlinux exports as well as a module's (src/nvfs-mod.c,
+    tests/fixtures/kernel_gate/builtin_nvme.yml); only a built-in nvme without the name cannot
+    be replaced by the GDS-patched one."""
+    gpl = f"0x0badf00d\t{V1}\tvmlinux\tEXPORT_SYMBOL_GPL\t\n"
+    g = kg.evaluate(K_NV, dkms_text="", modules_root=str(builtin_nvme_node(tmp_path, gpl)))
+    assert g["passed"], failed(g)
+    sym = next(r for r in g["results"] if r["check"] == "nvme.symbol")
+    assert "built-in nvme" in sym["reason"] and "Module.symvers" in sym["reason"]
+
+
+def test_a_built_in_nvme_without_the_registration_or_exported_plain_fails(
+        tmp_path: Path) -> None:
+    for i, (text, check) in enumerate(((None, "module.nvme"), ("", "module.nvme"), (
+            f"0x0badf00d\t{V1}\tvmlinux\tEXPORT_SYMBOL\t\n", "nvme.symbol.gpl"))):
+        root = builtin_nvme_node(tmp_path / str(i), text)
+        f = failed(kg.evaluate(K_NV, dkms_text="", modules_root=str(root)))
+        assert set(f) == {check}, f

@@ -186,9 +186,10 @@ def _command(argv: list[str]) -> tuple[int, str, str] | None:
         return 0, "".join(f"\tlibcufile.so.0 (libc6,{tag}) => {p}\n"
                           for p in NODE.get("ldconfig", [])), ""
     if name == "grubby":
+        default = NODE.get("next_kernel") or NODE["kernel"]
         if "--default-kernel" in argv:
-            return 0, f"/boot/vmlinuz-{NODE['kernel']}\n", ""
-        return 0, (f'index=0\nkernel="/boot/vmlinuz-{NODE["kernel"]}"\n'
+            return 0, f"/boot/vmlinuz-{default}\n", ""
+        return 0, (f'index=0\nkernel="/boot/vmlinuz-{default}"\n'
                    f'args="{NODE["cmdline"]}"\n'), ""
     if name == "modprobe":
         return 0, "kmod version 31\n+ZSTD +XZ -ZLIB +LIBCRYPTO -EXPERIMENTAL\n", ""

@@ -245,6 +245,10 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         "p2pdma_modprobe": route == "p2pdma",
         "verify_runtime": route != "none",
         "netfs_client_modules": list(client_modules), "rdma_ports": dict(rdma_ports),
+        # the kernel the node boots next (installed beside the running one; grubby's default)
+        # and the kernel gate's state file (/var/lib/gdsfleet/kernel-gate.json), as
+        # plugins/module_utils/kernel_boot.py record() writes it
+        "next_kernel": None, "kernel_gate_state": None,
     }
     m.update(over.get("model") or {})
     return m
@@ -332,6 +336,10 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
         w(f"/usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", "")
         os.chmod(root / f"usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", 0o700)
     w(f"/boot/vmlinuz-{m['kernel']}", "")
+    if m["next_kernel"]:
+        w(f"/boot/vmlinuz-{m['next_kernel']}", "")
+    if m["kernel_gate_state"] is not None:
+        w("/var/lib/gdsfleet/kernel-gate.json", json.dumps(m["kernel_gate_state"], indent=1))
     w(f"/lib/modules/{m['kernel']}/modules.builtin", "kernel/drivers/block/loop.ko\n")
     if m["operator"] == "operator":
         w("/run/nvidia/driver/usr/bin/nvidia-smi", "")

@@ -19,7 +19,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 SHARED = tuple(f"plugins/module_utils/{name}" for name in
                ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py",
-                "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py"))
+                "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py", "kernel_elf.py", "kernel_boot.py"))
 
 
 class BuildPyWithCollectionSchema(build_py):

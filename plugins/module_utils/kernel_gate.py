@@ -4,15 +4,18 @@
 """The kernel gate: may this node boot kernel K without losing GPUDirect Storage?
 
 Pure standard library, so the same file serves the ``kernel_gate`` module and the kernel hook
-the nvidia_fs role installs (``python3 kernel_gate.py --kernel K --protect``), which runs
-without Ansible when a package manager installs a kernel behind gdsfleet's back.
+the nvidia_fs role installs (``python3 kernel_gate.py --kernel K --protect``, with kernel_elf.py
+and kernel_boot.py beside it), which runs without Ansible when a package manager installs a
+kernel behind gdsfleet's back.
 
 Everything is read from files of the kernel in question, never from the running kernel:
 ``/lib/modules/<K>/build`` (headers), ``dkms status`` for K, the built modules' own ELF
-sections (``.modinfo`` vermagic/license, the nvme registration name nvidia-fs looks up in its
-``.rodata``, the names the nvme module exports in ``__ksymtab_strings``/``__ksymtab_*``
-symbols), ``/boot/config-<K>``. Every byte read is bounded; a malformed ELF is a failed check
-that names the file, never a crash.
+sections (read by kernel_elf.py: ``.modinfo`` vermagic/license, the nvme registration name
+nvidia-fs looks up in its ``.rodata``, the names the nvme module exports), ``/boot/config-<K>``.
+Every byte read is bounded; a malformed ELF is a failed check that names the file, never a
+crash. This file holds the policy, which checks a kernel must pass; kernel_boot.py finds the
+kernel that boots next and does the protection (default boot entry, package holds, the
+record) when one fails.
 
 Upstream facts (tests/fixtures/kernel_gate/README.md): nvidia-fs names the nvme symbol it looks
 up as a string in its module table (NVIDIA/gds-nvidia-fs src/nvfs-dma.c ``modules_list``),
@@ -24,243 +27,75 @@ reads bounce through compat mode (gds-nvidia-fs issue #87).
 from __future__ import annotations
 
 import contextlib
-import datetime
-import glob
-import gzip
-import io
-import json
-import lzma
 import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # node Pythons older than 3.9 cannot evaluate list[str] at run time
-    from collections.abc import Callable
 
-    Runner = Callable[[list[str]], tuple[int, str]]
+def _sibling(name: str) -> Any:
+    """kernel_elf.py / kernel_boot.py from beside this file: the kernel hook runs this file by
+    itself and provisioner loads it by path. Inside Ansible this file sits in AnsiballZ's
+    payload, where the collection imports below find the copies AnsiballZ shipped."""
+    import importlib.util
 
-MAX_MODULE_BYTES = 256 * 1024 * 1024  # nvidia.ko (open) is ~100 MiB with debug info
-MAX_SECTIONS = 65536
-MAX_DEP_BYTES = 16 * 1024 * 1024
-MAX_WALK = 20000
-STATE_PATH = "/var/lib/gdsfleet/kernel-gate.json"
-STATE_MAX_KERNELS = 16
-NVME_SYMBOL_RE = re.compile(r"nvme_v[0-9]{1,3}_register_nvfs_dma_ops")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    key = "gdsfleet_" + name
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - broken install
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_elf.py")):
+    _elf = _sibling("kernel_elf")
+    _boot = _sibling("kernel_boot")
+else:
+    from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_boot as _boot
+    from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_elf as _elf
+
+Elf = _elf.Elf
+GateError = _elf.GateError
+MAX_DEP_BYTES = _elf.MAX_DEP_BYTES
+NVME_SYMBOL_RE = _elf.NVME_SYMBOL_RE
+exported_symbols = _elf.exported_symbols
+exports = _elf.exports
+modversions = _elf.modversions
+read_symvers = _elf.read_symvers
+symvers_exports = _elf.symvers_exports
+reference_vermagic = _elf.reference_vermagic
+find_module = _elf.find_module
+modinfo = _elf.modinfo
+nvme_lookups = _elf.nvme_lookups
+read_module = _elf.read_module
+vermagic_kernel = _elf.vermagic_kernel
+_modname = _elf._modname
+
+STATE_PATH = _boot.STATE_PATH
+STATE_MAX_KERNELS = _boot.STATE_MAX_KERNELS
+entry_kernel = _boot.entry_kernel
+grub_default = _boot.grub_default
+hold_argv = _boot.hold_argv
+hold_packages = _boot.hold_packages
+keep_default = _boot.keep_default
+load_state = _boot.load_state
+next_boot = _boot.next_boot
+os_family = _boot.os_family
+parse_grub_default = _boot.parse_grub_default
+parse_saved_entry = _boot.parse_saved_entry
+protect = _boot.protect
+record = _boot.record
+_read = _boot._read
+
 KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}\Z")  # \Z: "$" lets "K\n" in
 OPEN_LICENSE = "Dual MIT/GPL"
-
-
-class GateError(ValueError):
-    """A file the gate reads is missing, too large or malformed."""
-
-
-# --- ELF -------------------------------------------------------------------------------------
-
-class Elf:
-    """The sections and symbol names of an ELF relocatable object (a kernel module)."""
-
-    def __init__(self, data: bytes) -> None:
-        if len(data) < 52 or data[:4] != b"\x7fELF":
-            raise GateError("not an ELF file")
-        cls, enc = data[4], data[5]
-        if cls not in (1, 2) or enc not in (1, 2):
-            raise GateError("unknown ELF class or byte order")
-        self.is64 = cls == 2
-        e = "<" if enc == 1 else ">"
-        self._e = e
-        if self.is64:
-            if len(data) < 64:
-                raise GateError("truncated ELF header")
-            shoff, = struct.unpack_from(e + "Q", data, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
-            want = 64
-        else:
-            shoff, = struct.unpack_from(e + "I", data, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
-            want = 40
-        if shnum == 0 or shnum > MAX_SECTIONS or shentsize < want:
-            raise GateError(f"bad section table ({shnum} sections of {shentsize} bytes)")
-        if shoff + shnum * shentsize > len(data):
-            raise GateError("section table beyond the end of the file")
-        self._data = data
-        self._headers = []
-        for i in range(shnum):
-            off = shoff + i * shentsize
-            if self.is64:
-                name, typ, _f, _a, soff, size, link, _i, _al, entsize = struct.unpack_from(
-                    e + "IIQQQQIIQQ", data, off)
-            else:
-                name, typ, _f, _a, soff, size, link, _i, _al, entsize = struct.unpack_from(
-                    e + "IIIIIIIIII", data, off)
-            self._headers.append((name, typ, soff, size, link, entsize))
-        if shstrndx >= shnum:
-            raise GateError("section name table index out of range")
-        shstr = self._raw(shstrndx)
-        self._index: dict[str, int] = {}
-        for i, h in enumerate(self._headers):
-            self._index.setdefault(_cstr(shstr, h[0]), i)
-
-    def _raw(self, i: int) -> bytes:
-        _n, typ, off, size, _l, _e = self._headers[i]
-        if typ == 8:  # SHT_NOBITS
-            return b""
-        if off + size > len(self._data):
-            raise GateError(f"section {i} beyond the end of the file")
-        return self._data[off:off + size]
-
-    def section(self, name: str) -> bytes:
-        i = self._index.get(name)
-        return b"" if i is None else self._raw(i)
-
-    def sections_starting(self, prefix: str) -> list[bytes]:
-        return [self._raw(i) for nm, i in sorted(self._index.items()) if nm.startswith(prefix)]
-
-    def symbol_names(self) -> list[str]:
-        """Names in every SHT_SYMTAB section (resolved through its linked string table)."""
-        out = []
-        for i, (_n, typ, _o, size, link, entsize) in enumerate(self._headers):
-            if typ != 2:
-                continue
-            want = 24 if self.is64 else 16
-            if entsize < want or link >= len(self._headers):
-                raise GateError("bad symbol table")
-            tab, strtab = self._raw(i), self._raw(link)
-            for k in range(size // entsize):
-                name, = struct.unpack_from(self._e + "I", tab, k * entsize)
-                if name:
-                    out.append(_cstr(strtab, name))
-        return out
-
-
-def _cstr(buf: bytes, off: int) -> str:
-    if off >= len(buf):
-        return ""
-    end = buf.find(b"\0", off)
-    return buf[off:end if end >= 0 else len(buf)].decode("utf-8", "replace")
-
-
-def _strings(buf: bytes) -> list[str]:
-    return [s.decode("utf-8", "replace") for s in buf.split(b"\0") if s]
-
-
-def modinfo(elf: Elf) -> dict[str, list[str]]:
-    """The module's .modinfo (key=value strings)."""
-    out: dict[str, list[str]] = {}
-    for s in _strings(elf.section(".modinfo")):
-        k, sep, v = s.partition("=")
-        if sep:
-            out.setdefault(k, []).append(v)
-    return out
-
-
-def vermagic_kernel(elf: Elf) -> str | None:
-    """The kernel release a module was built for: the first word of its vermagic."""
-    vm = modinfo(elf).get("vermagic")
-    return vm[0].split()[0] if vm and vm[0].split() else None
-
-
-def exported_symbols(elf: Elf) -> set[str]:
-    """Names the module exports (EXPORT_SYMBOL*): ``__ksymtab_strings`` and the
-    ``__ksymtab_<name>`` symbols older kernels emit."""
-    names = set(_strings(elf.section("__ksymtab_strings")))
-    for s in elf.symbol_names():
-        if s.startswith("__ksymtab_") and s != "__ksymtab_strings" and len(s) > 10:
-            names.add(s[len("__ksymtab_"):])
-    return names
-
-
-def nvme_lookups(elf: Elf) -> list[str]:
-    """The nvme registration names nvidia-fs looks up (strings in its read-only data)."""
-    found = set()
-    for sec in elf.sections_starting(".rodata"):
-        for s in _strings(sec):
-            if NVME_SYMBOL_RE.fullmatch(s):
-                found.add(s)
-    return sorted(found)
-
-
-def read_module(path: str) -> Elf:
-    """Read a module file (.ko, .ko.gz, .ko.xz, .ko.zst), bounded."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise GateError(f"cannot read {path}: {exc.strerror}") from exc
-    if size > MAX_MODULE_BYTES:
-        raise GateError(f"{path} is larger than {MAX_MODULE_BYTES} bytes")
-    try:
-        if path.endswith(".zst"):
-            zstd = shutil.which("zstd")
-            if not zstd:
-                raise GateError(f"{path} is zstd-compressed and no zstd is installed: "
-                                "install zstd")
-            proc = subprocess.run([zstd, "-dcq", "--", path], capture_output=True,
-                                  timeout=60, check=False)
-            if proc.returncode != 0:
-                raise GateError(f"zstd could not decompress {path}")
-            data = proc.stdout
-        else:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_MODULE_BYTES + 1)
-            if path.endswith(".gz"):
-                with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
-                    data = gz.read(MAX_MODULE_BYTES + 1)
-            elif path.endswith(".xz"):
-                data = lzma.LZMADecompressor().decompress(raw, MAX_MODULE_BYTES + 1)
-            else:
-                data = raw
-    except (OSError, EOFError, lzma.LZMAError, subprocess.SubprocessError) as exc:
-        raise GateError(f"cannot read {path}: {exc}") from exc
-    if len(data) > MAX_MODULE_BYTES:
-        raise GateError(f"{path} is larger than {MAX_MODULE_BYTES} bytes uncompressed")
-    try:
-        return Elf(data)
-    except struct.error as exc:
-        raise GateError(f"{path}: truncated ELF ({exc})") from exc
-    except GateError as exc:
-        raise GateError(f"{path}: {exc}") from exc
-
-
-# --- which module loads on a kernel ----------------------------------------------------------
-
-def _modname(path: str) -> str:
-    base = os.path.basename(path)
-    base = re.sub(r"\.ko(\.(gz|xz|zst))?$", "", base)
-    return base.replace("-", "_")
-
-
-def find_module(modules_dir: str, name: str) -> tuple[str | None, list[str]]:
-    """(path, dependency paths) of module ``name`` as modprobe would load it on that kernel:
-    modules.dep when depmod wrote one (it already applied depmod.d's search order), else the
-    first of updates/, extra/, kernel/ (depmod's default order) that has it."""
-    want = name.replace("-", "_")
-    dep = os.path.join(modules_dir, "modules.dep")
-    try:
-        with open(dep, "rb") as fh:
-            text = fh.read(MAX_DEP_BYTES).decode("utf-8", "replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        left, sep, right = line.partition(":")
-        if sep and _modname(left.strip()) == want:
-            path = os.path.join(modules_dir, left.strip())
-            if os.path.isfile(path):
-                return path, [os.path.join(modules_dir, d) for d in right.split()]
-    seen = 0
-    for sub in ("updates", "extra", "kernel"):
-        top = os.path.join(modules_dir, sub)
-        for root, dirs, files in os.walk(top):
-            dirs.sort()
-            for f in sorted(files):
-                seen += 1
-                if seen > MAX_WALK:
-                    return None, []
-                if re.search(r"\.ko(\.(gz|xz|zst))?$", f) and _modname(f) == want:
-                    return os.path.join(root, f), []
-    return None, []
 
 
 # --- dkms status -----------------------------------------------------------------------------
@@ -285,8 +120,194 @@ def _result(check: str, ok: bool, reason: str, fix: str = "") -> dict:
     return {"check": check, "ok": ok, "reason": reason, "fix": "" if ok else fix}
 
 
+def release_numbers(kernel: str) -> tuple[int, ...]:
+    """(major, minor) of a kernel release ("6.8.0-45-generic" -> (6, 8)); () if none."""
+    m = re.match(r"^(\d+)\.(\d+)", kernel)
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+# Linux 6.6 (commit 9011e49d54dc, "modules: only allow symbol_get of EXPORT_SYMBOL_GPL modules";
+# also in the 6.1 and 6.5 stable series): __symbol_get() refuses a symbol not exported GPL-only,
+# and nvidia-fs finds the storage drivers' registration functions through it
+# (tests/fixtures/kernel_gate/gpl_exports.yml).
+SYMBOL_GET_GPL_ONLY = (6, 6)
+_GPL_SOURCES = "NVIDIA/NV-Kernels #10 (nvme) and #13 (NFS), ThinkParQ/beegfs#123"
+
+
+def gpl_export_result(symbol: str, kind: str, path: str, kernel: str) -> dict:
+    """``nvme.symbol.gpl``: the registration name nvidia-fs looks up must be exported
+    GPL-only where the kernel's __symbol_get() demands it. Fails only on kernels from 6.6,
+    where the rule is upstream's; elsewhere a plain export passes with a note."""
+    check = "nvme.symbol.gpl"
+    if kind == "gpl":
+        return _result(check, True, f"{path} exports {symbol} with EXPORT_SYMBOL_GPL")
+    if kind != "plain":
+        return _result(check, True, f"could not tell how {path} exports {symbol} (no "
+                       "__ksymtab/__ksymtab_gpl entry for it): not judged")
+    ver = release_numbers(kernel)
+    text = (f"{path} exports {symbol} with EXPORT_SYMBOL, not EXPORT_SYMBOL_GPL: since Linux "
+            "6.6 __symbol_get() refuses such a symbol (commit 9011e49d54dc), so nvidia-fs never "
+            "registers with this driver and GDS I/O goes through compat mode (kernel log: "
+            f"\"failing symbol_get of non-GPLONLY symbol {symbol}\"; {_GPL_SOURCES})")
+    if ver and ver >= SYMBOL_GET_GPL_ONLY:
+        return _result(check, False, text,
+                       "use a driver build that exports the nvfs registration functions with "
+                       "EXPORT_SYMBOL_GPL (NV-Kernels #10 changed the linux-nvidia kernels'; "
+                       "ask the driver's vendor for a fixed DOCA-OFED mlnx-nvme), or boot a "
+                       "kernel older than 6.6")
+    return _result(check, True, text.replace(": since Linux", f"; kernel {kernel} is older than "
+                   "6.6, where the rule is upstream's (stable backports, e.g. 6.1 and 6.5, "
+                   "carry it too, so this may still not register): since Linux", 1))
+
+
 def headers_package(kernel: str, family: str) -> str:
     return f"kernel-devel-{kernel}" if family == "redhat" else f"linux-headers-{kernel}"
+
+
+_REBUILD = "a newer kernel may need a newer nvidia-fs (2.26.6 for 6.11/6.14, 2.28.2 for 6.17)"
+
+
+def _dkms_results(kernel: str, entries: list[dict] | None, wanted: list[str], hdr: str,
+                  packaged: dict[str, str]) -> list[dict]:
+    """``dkms.<module>``: DKMS has it ``installed`` for the kernel; or, for a module DKMS did
+    not build (``packaged``: module -> why it stands in), the packaged one that loads."""
+    res = []
+    for name in wanted:
+        mine = [e for e in entries or [] if e["module"] == name]
+        ok = [e for e in mine if e["kernel"] == kernel and e["state"] == "installed"]
+        if ok:
+            res.append(_result(f"dkms.{name}", True,
+                               f"DKMS {name}/{ok[0]['version']} installed for {kernel}"))
+            continue
+        if name in packaged:
+            res.append(_result(f"dkms.{name}", True, packaged[name]))
+            continue
+        if entries is None:
+            res.append(_result(f"dkms.{name}", False, "dkms is not installed (no `dkms status`)"
+                               f" and no packaged {name} module for {kernel}",
+                               "install dkms and nvidia-fs-dkms (the nvidia_fs role does), or "
+                               f"the kernel's prebuilt module package (linux-modules-{name}-"
+                               f"{kernel} on linux-nvidia kernels)"))
+            continue
+        seen = ", ".join(f"{e['version']} {e['kernel']} {e['state']}" for e in mine
+                         if e["kernel"] == kernel) or "no entry"
+        res.append(_result(
+            f"dkms.{name}", False, f"DKMS has no {name} installed for {kernel} ({seen})",
+            f"install {hdr}, run `dkms autoinstall -k {kernel}` and read "
+            f"/var/lib/dkms/{name}/<version>/build/make.log; {_REBUILD}"))
+    return res
+
+
+def _headers_result(kernel: str, mdir: str, hdr: str, have: bool, dkms_res: list[dict]) -> dict:
+    """``headers``: DKMS builds only with them (dkms_autoinstaller). They fail the kernel only
+    when a module DKMS must build for it is missing; a kernel whose GDS modules are packaged
+    (linux-modules-nvidia-fs-<K>, kmod packages) or already built needs none to boot."""
+    if have:
+        return _result("headers", True, f"headers of {kernel} installed")
+    if all(r["ok"] for r in dkms_res):
+        return _result("headers", True, f"no headers for {kernel} ({mdir}/build is missing); "
+                       "not needed: no module DKMS must build for it is missing")
+    return _result("headers", False, f"no headers for {kernel} ({mdir}/build is missing): DKMS "
+                   "cannot build nvidia-fs for it", f"install {hdr}, then `dkms autoinstall -k "
+                   f"{kernel}`")
+
+
+def _vermagic_result(mod: str, owner: str, path: str, elf: Any, kernel: str, mdir: str,
+                     boot_dir: str) -> dict:
+    """``vermagic.<mod>``: built for this kernel; or, reached through weak-updates/ (RHEL
+    kmod packages, linked by weak-modules), loadable as the kernel's loader judges it: the
+    vermagic's flags equal the kernel's and every imported symbol's CRC equals the kernel's
+    symvers (same_magic skips the release word when the module has CRCs;
+    tests/fixtures/kernel_gate/weak_updates.yml)."""
+    check = f"vermagic.{mod}"
+    vk = vermagic_kernel(elf)
+    fix = (f"rebuild {owner} for {kernel} (`dkms install --force ... -k {kernel}`) and run "
+           f"depmod {kernel}")
+    if vk == kernel:
+        return _result(check, True, f"{path}: vermagic {vk}")
+    if not os.path.relpath(path, mdir).startswith("weak-updates" + os.sep):
+        return _result(check, False, f"{path} was built for {vk or 'no vermagic'}, not {kernel}",
+                       fix)
+    kabi_fix = (f"install {owner} built for {kernel}'s kABI (the kmod package of this RHEL "
+                f"minor release) and run `weak-modules --add-kernel {kernel}`")
+    where = f"{path} (weak-updates/, built for {vk})"
+    crcs = modversions(elf)
+    if not crcs:
+        return _result(check, False, f"{where} has no __versions (symbol CRCs), so the "
+                       f"kernel compares its whole vermagic and refuses a module built for {vk}",
+                       kabi_fix)
+    own = reference_vermagic(mdir)
+    flags = " ".join((modinfo(elf).get("vermagic") or [""])[0].split()[1:])
+    if own is not None and flags != own:
+        return _result(check, False, f"{where}: vermagic flags '{flags}' differ from "
+                       f"{kernel}'s '{own}': the kernel refuses it", kabi_fix)
+    for symvers in _symvers_paths(kernel, mdir, boot_dir):
+        table = read_symvers(symvers)
+        if table:
+            break
+    else:
+        return _result(check, True, f"{where}: kABI not re-checked here (no symvers of "
+                       f"{kernel} in {boot_dir} or {mdir}); weak-modules links only modules "
+                       f"whose CRCs match /boot/symvers-{kernel}.gz")
+    bad = sorted(sym for sym, crc in crcs.items() if sym in table and table[sym] != crc)
+    if bad:
+        return _result(check, False, f"{where}: the CRC of {', '.join(bad[:8])} disagrees "
+                       f"with {symvers}: the kernel refuses it (\"disagrees about version of "
+                       "symbol\")", kabi_fix)
+    known = sum(1 for sym in crcs if sym in table)
+    return _result(check, True, f"{where}: kABI-compatible with {kernel}: {known} symbol "
+                   f"CRC(s) match {symvers}, vermagic flags match")
+
+
+def _packaged(mods: dict, kernel: str, mdir: str) -> dict[str, str]:
+    """nvidia-fs modules DKMS did not build that load on the kernel with its vermagic: a
+    linux-nvidia kernel's linux-modules-nvidia-fs-<K> (ubuntu/nvidia-fs/), a kmod package."""
+    out = {}
+    if "nvidia_fs" in mods:
+        path, elf = mods["nvidia_fs"][:2]
+        rel = os.path.relpath(path, mdir)
+        if not rel.startswith("updates" + os.sep + "dkms" + os.sep) \
+                and vermagic_kernel(elf) == kernel:
+            out["nvidia-fs"] = (f"no DKMS nvidia-fs for {kernel}; the nvidia-fs that loads on it "
+                                f"is not built by DKMS: {path} (vermagic {kernel}), a packaged "
+                                f"module such as linux-modules-nvidia-fs-{kernel}")
+    return out
+
+
+def _symvers_paths(kernel: str, mdir: str, boot_dir: str) -> tuple[str, ...]:
+    """Where a kernel's Module.symvers lies: RHEL's /boot/symvers-<K>.gz, a symvers.gz|xz in
+    its module tree, the headers' Module.symvers (Debian/Ubuntu)."""
+    return (os.path.join(boot_dir, f"symvers-{kernel}.gz"), os.path.join(mdir, "symvers.gz"),
+            os.path.join(mdir, "symvers.xz"), os.path.join(mdir, "build", "Module.symvers"))
+
+
+def _builtin_nvme(kernel: str, mdir: str, boot_dir: str) -> tuple[str, dict[str, str]] | None:
+    """A built-in nvme that exports the nvfs registration itself (a kernel carrying the
+    NV-Kernels #10 patch with CONFIG_BLK_DEV_NVME=y): its name and kinds, from the kernel's
+    Module.symvers (module ``vmlinux``; nvidia-fs's __symbol_get() finds vmlinux's exports as
+    well as a module's: tests/fixtures/kernel_gate/builtin_nvme.yml); None when none says so."""
+    for path in _symvers_paths(kernel, mdir, boot_dir):
+        table = symvers_exports(path)
+        if table is not None:
+            kinds = {sym: kind for sym, (_, owner, kind) in table.items()
+                     if NVME_SYMBOL_RE.fullmatch(sym) and owner == "vmlinux"}
+            return (f"{kernel}'s built-in nvme ({path})", kinds) if kinds else None
+    return None
+
+
+def _builtin_result(mod: str, kernel: str, builtin_nvme: tuple | None) -> dict:
+    """``module.<mod>`` for a module built into the kernel (modules.builtin): modprobe loads
+    nothing then, so no GDS-patched module (mlnx-nvme) can take its place. A built-in nvme
+    passes only when the kernel's symvers shows it exports the registration itself."""
+    if mod == "nvme" and builtin_nvme:
+        return _result("module.nvme", True, f"{builtin_nvme[0]} exports "
+                       f"{', '.join(sorted(builtin_nvme[1]))} itself")
+    return _result(f"module.{mod}", False, f"{mod} is built into {kernel} (modules.builtin): "
+                   "a built-in module cannot be replaced by the GDS-patched one"
+                   + (" and the kernel's Module.symvers (/boot/symvers-<K>.gz or the headers') "
+                      "names no nvme_v*_register_nvfs_dma_ops it exports itself"
+                      if mod == "nvme" else ""),
+                   f"use a kernel that builds {mod} as a module")
 
 
 def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
@@ -300,92 +321,72 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
     hdr = headers_package(kernel, family)
     res = []
 
-    # 1. headers
+    # 1. headers (judged once DKMS's part is known, below)
     have_headers = os.path.isdir(os.path.join(mdir, "build"))
-    res.append(_result("headers", have_headers,
-                       f"headers of {kernel} installed" if have_headers else
-                       f"no headers for {kernel} ({mdir}/build is missing): DKMS cannot build "
-                       "nvidia-fs for it",
-                       f"install {hdr}, then `dkms autoinstall -k {kernel}`"))
 
-    # 2. dkms installed for that kernel
-    entries = parse_dkms(dkms_text or "") if dkms_text is not None else None
-    wanted = []
-    if route == "nvfs":
-        wanted.append("nvidia-fs")
-    if entries is None:
-        if wanted:
-            res.append(_result("dkms", False, "dkms is not installed (no `dkms status`)",
-                               "install dkms and nvidia-fs-dkms (the nvidia_fs role does)"))
-    else:
-        names = {e["module"] for e in entries}
-        if route == "nvfs" and (mlnx_nvme == "yes" or (mlnx_nvme == "auto"
-                                                       and "mlnx-nvme" in names)):
-            wanted.append("mlnx-nvme")
-        for drv in ("nvidia", "nvidia-open"):
-            if nvidia_dkms == "yes" or (nvidia_dkms == "auto" and drv in names):
-                wanted.append(drv)
-                break
-        for name in wanted:
-            mine = [e for e in entries if e["module"] == name]
-            ok = [e for e in mine if e["kernel"] == kernel and e["state"] == "installed"]
-            seen = ", ".join(f"{e['version']} {e['kernel']} {e['state']}" for e in mine
-                             if e["kernel"] == kernel) or "no entry"
-            res.append(_result(
-                f"dkms.{name}", bool(ok),
-                f"DKMS {name}/{ok[0]['version']} installed for {kernel}" if ok else
-                f"DKMS has no {name} installed for {kernel} ({seen})",
-                f"install {hdr}, run `dkms autoinstall -k {kernel}` and read "
-                f"/var/lib/dkms/{name}/<version>/build/make.log; a newer kernel may need a newer "
-                "nvidia-fs (2.26.6 for 6.11/6.14, 2.28.2 for 6.17)"))
-
-    # 3. vermagic of what will load; 4. the nvme symbol
-    mods = {}
+    # 2. the modules that will load: present, vermagic (or kABI through weak-updates/)
+    mods: dict = {}
     to_read = []
     if route == "nvfs":
         to_read.append(("nvidia_fs", "nvidia-fs"))
         if check_nvme_symbol:
             to_read.append(("nvme", "mlnx-nvme (DOCA-OFED's GDS-patched nvme, mlnx-nvme-dkms)"))
     to_read.append(("nvidia", "the NVIDIA driver"))
+    mod_results = []
+    builtin_nvme: tuple[str, dict[str, str]] | None = None
     for mod, owner in to_read:
         path, deps = find_module(mdir, mod)
         if path is None:
             builtin = _read(os.path.join(mdir, "modules.builtin"), MAX_DEP_BYTES) or ""
             if any(_modname(x) == mod for x in builtin.split()):
-                res.append(_result(f"module.{mod}", False,
-                                   f"{mod} is built into {kernel} (modules.builtin): a built-in "
-                                   "module cannot be replaced by the GDS-patched one",
-                                   f"use a kernel that builds {mod} as a module"))
+                if mod == "nvme":
+                    builtin_nvme = _builtin_nvme(kernel, mdir, boot_dir)
+                mod_results.append(_builtin_result(mod, kernel, builtin_nvme))
                 continue
-            res.append(_result(f"module.{mod}", False, f"no {mod}.ko for {kernel} under {mdir}",
-                               f"build {owner} for {kernel} (`dkms autoinstall -k {kernel}`) "
-                               "or install its kernel module package"))
+            mod_results.append(_result(
+                f"module.{mod}", False, f"no {mod}.ko for {kernel} under {mdir}",
+                f"build {owner} for {kernel} (`dkms autoinstall -k {kernel}`) or install its "
+                "kernel module package"))
             continue
         try:
             elf = read_module(path)
         except GateError as exc:
-            res.append(_result(f"module.{mod}", False, str(exc),
-                               f"rebuild {owner} for {kernel}"))
+            mod_results.append(_result(f"module.{mod}", False, str(exc),
+                                       f"rebuild {owner} for {kernel}"))
             continue
         mods[mod] = (path, elf, deps)
-        vk = vermagic_kernel(elf)
-        res.append(_result(f"vermagic.{mod}", vk == kernel,
-                           f"{path}: vermagic {vk}" if vk == kernel else
-                           f"{path} was built for {vk or 'no vermagic'}, not {kernel}",
-                           f"rebuild {owner} for {kernel} (`dkms install --force ... -k "
-                           f"{kernel}`) and run depmod {kernel}"))
+        mod_results.append(_vermagic_result(mod, owner, path, elf, kernel, mdir, boot_dir))
 
-    if route == "nvfs" and check_nvme_symbol and "nvidia_fs" in mods and "nvme" in mods:
+    # 3. DKMS has them installed for that kernel (or a packaged module stands in)
+    entries = parse_dkms(dkms_text or "") if dkms_text is not None else None
+    wanted = ["nvidia-fs"] if route == "nvfs" else []
+    names = {e["module"] for e in entries or []}
+    if route == "nvfs" and (mlnx_nvme == "yes" or (mlnx_nvme == "auto" and "mlnx-nvme" in names)):
+        wanted.append("mlnx-nvme")
+    for drv in ("nvidia", "nvidia-open"):
+        if nvidia_dkms == "yes" or (nvidia_dkms == "auto" and drv in names):
+            wanted.append(drv)
+            break
+    dkms_res = _dkms_results(kernel, entries, wanted, hdr, _packaged(mods, kernel, mdir))
+    res += [_headers_result(kernel, mdir, hdr, have_headers, dkms_res)] + dkms_res + mod_results
+
+    # 4. the nvme symbol
+    if route == "nvfs" and check_nvme_symbol and "nvidia_fs" in mods and (
+            "nvme" in mods or builtin_nvme):
         nvfs_path, nvfs_elf = mods["nvidia_fs"][:2]
-        nvme_path, nvme_elf, nvme_deps = mods["nvme"]
         looks = nvme_lookups(nvfs_elf)
-        exported = {s for s in exported_symbols(nvme_elf) if NVME_SYMBOL_RE.fullmatch(s)}
-        for dep in nvme_deps[:8]:
-            with contextlib.suppress(GateError):
-                exported |= {s for s in exported_symbols(read_module(dep))
-                             if NVME_SYMBOL_RE.fullmatch(s)}
-        both = sorted(set(looks) & exported)
-        exp_text = ", ".join(sorted(exported)) or "no nvme_v*_register_nvfs_dma_ops"
+        if builtin_nvme:
+            nvme_path, kinds = builtin_nvme
+        else:
+            nvme_path, nvme_elf, nvme_deps = mods["nvme"]
+            kinds = {s: k for s, k in exports(nvme_elf).items() if NVME_SYMBOL_RE.fullmatch(s)}
+            for dep in nvme_deps[:8]:
+                with contextlib.suppress(GateError):
+                    for s, k in exports(read_module(dep)).items():
+                        if NVME_SYMBOL_RE.fullmatch(s) and kinds.get(s) in (None, "unknown"):
+                            kinds[s] = k
+        both = sorted(set(looks) & set(kinds))
+        exp_text = ", ".join(sorted(kinds)) or "no nvme_v*_register_nvfs_dma_ops"
         res.append(_result(
             "nvme.symbol", bool(both),
             f"nvidia-fs looks up {both[0]}, exported by {nvme_path}" if both else
@@ -396,6 +397,8 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
             "nvidia-fs looks up (DOCA-OFED 26.01 exports nvme_v2 on kernels without the blk DMA "
             "iterator API, fixed in 26.04: gds-nvidia-fs issue #87), or an nvidia-fs built for "
             "the same block-layer API (2.28.2+ on 6.17)"))
+        if both:
+            res.append(gpl_export_result(both[0], kinds[both[0]], nvme_path, kernel))
 
     if "nvidia" in mods:
         lic = (modinfo(mods["nvidia"][1]).get("license") or ["?"])[0]
@@ -434,245 +437,6 @@ def evaluate(kernel: str, *, dkms_text: str | None, route: str = "nvfs",
     }
 
 
-# --- which kernel boots next -----------------------------------------------------------------
-
-def _release_order(release: str) -> tuple:
-    return tuple(int(x) for x in re.findall(r"\d+", release)[:12])
-
-
-def _read(path: str, limit: int = 1024 * 1024) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def parse_grub_default(text: str | None) -> str | None:
-    """The last GRUB_DEFAULT= assignment of /etc/default/grub then grub.d/*.cfg (as
-    grub-mkconfig sources them in order)."""
-    value = None
-    for line in (text or "").splitlines():
-        m = re.match(r"^\s*GRUB_DEFAULT=(['\"]?)(.*?)\1\s*$", line)
-        if m:
-            value = m.group(2)[:256]
-    return value
-
-
-def parse_saved_entry(grubenv: str | None) -> str | None:
-    """saved_entry of a grubenv block."""
-    for line in (grubenv or "").splitlines():
-        if line.startswith("saved_entry="):
-            return line[len("saved_entry="):].strip()[:512] or None
-    return None
-
-
-def grub_default(etc: str = "/etc") -> str | None:
-    files = [os.path.join(etc, "default/grub")]
-    files += sorted(glob.glob(os.path.join(etc, "default/grub.d/*.cfg")))
-    return parse_grub_default("\n".join(_read(f) or "" for f in files))
-
-
-def entry_kernel(entry: str | None, kernels: list[str]) -> str | None:
-    """The kernel a GRUB entry (id ``gnulinux-<K>-advanced-...`` or title ``..., with Linux
-    <K>``, possibly behind ``submenu>``) boots, if it names an installed one."""
-    if not entry:
-        return None
-    last = entry.split(">")[-1]
-    for k in sorted(kernels, key=len, reverse=True):
-        if f"gnulinux-{k}-" in last or last.endswith(f"Linux {k}") or f"Linux {k} " in last:
-            return k
-    return None
-
-
-def next_boot(boot_dir: str = "/boot", etc: str = "/etc") -> dict:
-    """The kernel the node boots next: grubby's default (RHEL family); GRUB's saved entry when
-    GRUB_DEFAULT=saved (how the gate keeps a kernel the default on Debian/Ubuntu); else the
-    newest /boot/vmlinuz-* (GRUB_DEFAULT=0)."""
-    try:
-        names = os.listdir(boot_dir)
-    except OSError:
-        names = []
-    kernels = sorted((n[8:] for n in names if n.startswith("vmlinuz-") and len(n) > 8
-                      and not n.endswith((".old", ".bak", ".efi.signed"))), key=_release_order)
-    grubby = shutil.which("grubby")
-    if grubby:
-        try:
-            out = subprocess.run([grubby, "--default-kernel"], capture_output=True, text=True,
-                                 timeout=30, check=False).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        if "vmlinuz-" in out:
-            return {"kernel": out.splitlines()[0].rsplit("vmlinuz-", 1)[1].strip(),
-                    "source": "grubby --default-kernel", "kernels": kernels}
-    if grub_default(etc) == "saved":
-        k = entry_kernel(parse_saved_entry(_read(os.path.join(boot_dir, "grub/grubenv"), 4096)),
-                         kernels)
-        if k:
-            return {"kernel": k, "source": "GRUB saved_entry", "kernels": kernels}
-    return {"kernel": kernels[-1] if kernels else None, "source": "newest /boot/vmlinuz-*",
-            "kernels": kernels}
-
-
-# --- keeping a failing kernel from booting ----------------------------------------------------
-
-GRUB_DROPIN = "/etc/default/grub.d/99-gdsfleet-kernel-gate.cfg"
-
-
-def _grub_entry_id(kernel: str, grub_cfg: str) -> str | None:
-    """``submenu-id>entry-id`` of kernel's normal (not recovery) entry in grub.cfg."""
-    text = _read(grub_cfg, 4 * 1024 * 1024) or ""
-    sub = None
-    for line in text.splitlines():
-        s = line.strip()
-        m = re.search(r"\$menuentry_id_option\s+'([^']+)'", s)
-        if not m:
-            continue
-        if s.startswith("submenu "):
-            sub = m.group(1)
-        elif s.startswith("menuentry ") and m.group(1).startswith(f"gnulinux-{kernel}-advanced-"):
-            return f"{sub}>{m.group(1)}" if sub else m.group(1)
-    return None
-
-
-def _run(argv: list[str], runner: Runner) -> tuple[int, str]:
-    try:
-        rc, out = runner(argv)
-    except OSError as exc:
-        return 127, str(exc)
-    return rc, out
-
-
-def default_runner(argv: list[str]) -> tuple[int, str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    return proc.returncode, (proc.stdout + proc.stderr)[-2000:]
-
-
-def hold_argv(kernel: str, family: str, runner: Runner = default_runner) -> list[str] | None:
-    """The command that holds the failing kernel's packages (and the installed meta packages
-    that pull new kernels), or None when nothing of it is installed."""
-    if family == "redhat":
-        names = ("kernel", "kernel-core", "kernel-modules", "kernel-devel")
-        return ["dnf", "-y", "versionlock", "exclude", *(f"{n}-{kernel}" for n in names)]
-    rc, out = _run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\\n",
-                    "linux-image-*", "linux-headers-*", "linux-modules-*", "linux-generic*",
-                    "linux-virtual*", "linux-nvidia*"], runner)
-    pkgs = []
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0].startswith("i"):
-            name = parts[1]
-            if kernel in name or not re.search(r"[0-9]+\.[0-9]+\.[0-9]+-", name):
-                pkgs.append(name)
-    pkgs = sorted(set(pkgs))[:64]
-    return ["apt-mark", "hold", *pkgs] if pkgs else None
-
-
-def hold_packages(kernel: str, family: str, runner: Runner = default_runner,
-                  defer: bool = False) -> tuple[bool, str]:
-    """Hold the failing kernel's packages. ``defer`` (the kernel hook, which runs inside the
-    package manager's transaction and its lock): a detached process runs the hold once the
-    package manager lets go (retrying for up to an hour)."""
-    argv = hold_argv(kernel, family, runner)
-    if argv is None:
-        return False, f"no installed package of {kernel} found to hold"
-    text = " ".join(argv)
-    if defer:
-        loop = ('for i in $(seq 360); do "$@" >/dev/null 2>&1 && exit 0; sleep 10; done; '
-                'logger -t gdsfleet-kernel-gate "could not run: $*" 2>/dev/null; exit 1')
-        try:
-            subprocess.Popen(["sh", "-c", loop, "gdsfleet-kernel-gate-hold", *argv],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            return False, f"{text}: {exc}"
-        return True, f"{text} (scheduled: runs once the package manager lets go)"
-    rc, out = _run(argv, runner)
-    return rc == 0, text + ("" if rc == 0 else f": {out.strip()}")
-
-
-def keep_default(running: str, family: str, runner: Runner = default_runner,
-                 boot_dir: str = "/boot", etc: str = "/etc") -> tuple[bool, str]:
-    """Make ``running`` (the running kernel, or a kernel that passed the gate) the one the node
-    boots next."""
-    if family == "redhat" or shutil.which("grubby"):
-        rc, out = _run(["grubby", f"--set-default={boot_dir}/vmlinuz-{running}"], runner)
-        return rc == 0, f"grubby --set-default {boot_dir}/vmlinuz-{running}" + (
-            "" if rc == 0 else f": {out.strip()}")
-    dropin = os.path.join(etc, "default/grub.d/99-gdsfleet-kernel-gate.cfg")
-    if grub_default(etc) != "saved":
-        os.makedirs(os.path.dirname(dropin), exist_ok=True)
-        with open(dropin, "w", encoding="utf-8") as fh:
-            fh.write("# Managed by gdsfleet kernel gate: boot the entry grub-set-default saved,\n"
-                     "# so a kernel that failed the GDS gate is not booted.\nGRUB_DEFAULT=saved\n")
-        rc, out = _run(["update-grub"], runner)
-        if rc != 0:
-            return False, f"update-grub failed: {out.strip()}"
-    entry = _grub_entry_id(running, os.path.join(boot_dir, "grub/grub.cfg"))
-    if entry is None:
-        return False, (f"no GRUB entry for {running} in {boot_dir}/grub/grub.cfg: set it the "
-                       "default by hand (grub-set-default '<submenu id>><entry id>')")
-    rc, out = _run(["grub-set-default", entry], runner)
-    return rc == 0, f"grub-set-default {entry}" + ("" if rc == 0 else f": {out.strip()}")
-
-
-def load_state(path: str = STATE_PATH) -> dict:
-    text = _read(path, 256 * 1024)
-    try:
-        doc = json.loads(text) if text else {}
-    except ValueError:
-        doc = {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def record(gate: dict, *, running: str, nxt: dict, actions: list[dict],
-           path: str = STATE_PATH, now: str | None = None) -> dict:
-    """Write the gate's result for its kernel into the node's state file (atomically)."""
-    doc = load_state(path)
-    old = doc.get("kernels")
-    kernels: dict[str, Any] = old if isinstance(old, dict) else {}
-    kernels[gate["kernel"]] = {
-        "passed": gate["passed"],
-        "reason": gate["reason"][:2000],
-        "fix": gate["fix"][:2000],
-        "checked_at": now or datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"),
-        "actions": actions,
-    }
-    while len(kernels) > STATE_MAX_KERNELS:
-        kernels.pop(next(iter(kernels)))
-    doc = {"gdsfleet_kernel_gate": 1, "running": running, "next_boot": nxt.get("kernel"),
-           "next_boot_source": nxt.get("source"), "kernels": kernels}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
-    return doc
-
-
-def protect(gate: dict, *, running: str, family: str, runner: Runner = default_runner,
-            boot_dir: str = "/boot", etc: str = "/etc", defer_hold: bool = False) -> list[dict]:
-    """After a failed gate for a kernel other than the running one: keep the running kernel
-    the default and hold the failing kernel's packages. Returns what was done."""
-    actions: list[dict] = []
-    if gate["passed"] or gate["kernel"] == running:
-        return actions
-    ok, what = keep_default(running, family, runner, boot_dir, etc)
-    actions.append({"action": "keep_default", "ok": ok, "detail": what})
-    ok, what = hold_packages(gate["kernel"], family, runner, defer=defer_hold)
-    actions.append({"action": "hold", "ok": ok, "detail": what})
-    return actions
-
-
-def os_family() -> str:
-    text = _read("/etc/os-release", 65536) or ""
-    ids = " ".join(re.findall(r"^(?:ID|ID_LIKE)=\"?([^\"\n]*)", text, re.M)).split()
-    return "redhat" if any(i in ("rhel", "fedora", "centos", "rocky", "almalinux")
-                           for i in ids) else "debian"
-
-
 def dkms_status() -> str | None:
     dkms = shutil.which("dkms")
     if not dkms:
@@ -688,16 +452,67 @@ def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
+# What ran the gate: the kernel hook of the kernel image (/etc/kernel/postinst.d), of its
+# headers (/etc/kernel/header_postinst.d, Debian/Ubuntu only), of kernel-install (RHEL),
+# "final" (the re-run once the package manager is done), or a person ("manual").
+TRIGGERS = ("image", "headers", "install", "final", "manual")
+
+
+def deferral(kernel: str, trigger: str, gate: dict, modules_root: str = "/lib/modules",
+             boot_dir: str = "/boot") -> str | None:
+    """Why the hook's failed verdict is not final yet (None: it is). DKMS hooks both
+    /etc/kernel/postinst.d and /etc/kernel/header_postinst.d (dell/dkms Makefile) and builds
+    only once the headers are in place (its dkms_autoinstaller looks for
+    ``/lib/modules/<K>/build/include``; the gate's ``headers`` check for ``build``, which the
+    same package brings): when the image is configured before its headers, the build, and so
+    the gate, must wait for the headers' hook; when the headers come first, the image's hook
+    gates."""
+    if gate["passed"]:
+        return None
+    if trigger == "image" and not os.path.isdir(os.path.join(modules_root, kernel, "build")):
+        return (f"the headers of {kernel} are not configured yet: DKMS builds when they are "
+                "(/etc/kernel/header_postinst.d/dkms), and the gate runs again then")
+    if trigger == "headers" and not os.path.exists(os.path.join(boot_dir, f"vmlinuz-{kernel}")):
+        return (f"the image of {kernel} is not installed yet: the gate runs again when it is "
+                "(/etc/kernel/postinst.d)")
+    return None
+
+
+def hook_actions(gate: dict, *, trigger: str, protect_on: bool, running: str, family: str,
+                 rerun: list[str], modules_root: str = "/lib/modules", boot_dir: str = "/boot",
+                 etc: str = "/etc", proc_root: str = "/proc") -> list[dict]:
+    """What the hook does after the verdict: nothing on a pass; on a failure whose final
+    verdict must wait (``deferral``), record "deferred" and, when a package manager ran the
+    hook, gate again (``rerun``, with protection) once it has exited, so a kernel whose headers
+    never come is still protected; else protect (inside dpkg/rpm the hold is deferred until
+    the package manager lets go)."""
+    why = deferral(gate["kernel"], trigger, gate, modules_root, boot_dir)
+    if why and protect_on:
+        gate["deferred"] = True
+        gate["reason"] = f"DEFERRED ({why}): {gate['reason']}"
+        pid = _boot.package_manager_pid(proc_root) if trigger == "image" else None
+        if pid is None:
+            return [{"action": "defer", "ok": True, "detail": why}]
+        ok, what = _boot.regate_after(pid, rerun)
+        return [{"action": "defer", "ok": ok, "detail": f"{why}; {what}"}]
+    if not protect_on:
+        return []
+    return protect(gate, running=running, family=family, boot_dir=boot_dir, etc=etc,
+                   defer_hold=trigger in ("image", "headers", "install"))
+
+
 def cli(argv: list[str]) -> int:
     """The kernel hook's entry point: gate one kernel; with --protect keep the running kernel
-    the default and hold the failing one; always record the result. Exit 0 (a hook must not
-    break the package manager), the verdict goes to stdout (the journal through the hook)."""
+    the default and hold the failing one (or defer, ``hook_actions``); always record the
+    result. Exit 0 (a hook must not break the package manager), the verdict goes to stdout (the
+    journal through the hook)."""
     import argparse
 
     ap = argparse.ArgumentParser(description="gdsfleet kernel gate")
     ap.add_argument("--kernel")
     ap.add_argument("--route", default="nvfs", choices=["nvfs", "p2pdma"])
     ap.add_argument("--protect", action="store_true")
+    ap.add_argument("--trigger", default="manual", choices=list(TRIGGERS))
     ap.add_argument("--state", default=STATE_PATH)
     args = ap.parse_args(argv)
     running = os.uname().release
@@ -709,12 +524,13 @@ def cli(argv: list[str]) -> int:
     except GateError as exc:
         _say(f"gdsfleet kernel gate: {exc}")
         return 0
-    # the hook runs inside dpkg/rpm: the package lock is held, so the hold is deferred
-    actions = protect(gate, running=running, family=family,
-                      defer_hold=True) if args.protect else []
+    rerun = [sys.executable or "python3", os.path.abspath(__file__), "--kernel", kernel,
+             "--route", args.route, "--protect", "--trigger", "final", "--state", args.state]
+    actions = hook_actions(gate, trigger=args.trigger, protect_on=args.protect,
+                           running=running, family=family, rerun=rerun)
     nxt = next_boot()
     record(gate, running=running, nxt=nxt, actions=actions, path=args.state)
-    verdict = "PASS" if gate["passed"] else "FAIL"
+    verdict = "DEFERRED" if gate.get("deferred") else "PASS" if gate["passed"] else "FAIL"
     why = "" if gate["passed"] else f": {gate['reason']}. To fix: {gate['fix']}"
     _say(f"gdsfleet kernel gate: {verdict} for kernel {kernel} (running {running}, next boot "
          f"{nxt.get('kernel')}){why}")

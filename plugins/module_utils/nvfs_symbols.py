@@ -112,16 +112,23 @@ def p2pdma_symbol(symbols):
 # tags (tests/fixtures/kernel_gate/nvfs_kernel_pairing.yml names them; the kernel.version check
 # of provisioner verify and verify.yml's pairing assert both read this table)
 KERNEL_FLOORS = (
+    ((6, 0), "2.17.0"),
     ((6, 2), "2.18.3"),
     ((6, 5), "2.19.6"),
     ((6, 11), "2.26.6"),
     ((6, 17), "2.28.2"),
 )
+# The newest kernel series a ChangeLog entry names (2.28.2: "Fix compilation issues for 6.17
+# kernel"); on a newer kernel the newest floor still applies, but whether that release builds
+# and works there no ChangeLog says (NVIDIA/gds-nvidia-fs#80: 2.28.2 does not build on 6.18):
+# "unverified", never a silent pass.
+LAST_VERIFIED_SERIES = KERNEL_FLOORS[-1][0]
 
 
 def kernel_pairing(nvfs_version, kernel_release):
     """Whether nvidia-fs ``nvfs_version`` supports ``kernel_release`` (text or numbers):
-    ``{"ok": True, False or None (nothing to compare), "floor": text}``."""
+    ``{"ok": True, False or None (nothing to compare, or unverified), "floor": text,
+    "unverified": text ("" when the ChangeLog covers the kernel)}``."""
     kern = (tuple(int(x) for x in kernel_release)[:2] if isinstance(kernel_release, (list, tuple))
             else _numbers(kernel_release, 2))
     floor = None
@@ -129,10 +136,17 @@ def kernel_pairing(nvfs_version, kernel_release):
         if len(kern) == 2 and kern >= series:
             floor = (series, version)
     if floor is None:
-        return {"ok": None, "floor": ""}
+        return {"ok": None, "floor": "", "unverified": ""}
     (major, minor), version = floor
     text = f"nvidia-fs >= {version} on kernel >= {major}.{minor}"
+    unverified = ""
+    if kern > LAST_VERIFIED_SERIES:
+        last = ".".join(map(str, LAST_VERIFIED_SERIES))
+        unverified = (f"no nvidia-fs ChangeLog entry names kernel {kern[0]}.{kern[1]} (the newest "
+                      f"it names is {last}, from {version}); NVIDIA/gds-nvidia-fs#80: 2.28.2 "
+                      "does not build on 6.18")
     have = _numbers(nvfs_version)
     if len(have) < 2:
-        return {"ok": None, "floor": text}
-    return {"ok": have >= _numbers(version), "floor": text}
+        return {"ok": None, "floor": text, "unverified": unverified}
+    ok = have >= _numbers(version)
+    return {"ok": None if ok and unverified else ok, "floor": text, "unverified": unverified}

@@ -12,12 +12,19 @@ module: kernel_gate
 short_description: Decide whether a node may boot a kernel without losing GPUDirect Storage
 description:
   - Reads only the files of the kernel in question, never the running kernel, and passes only
-    when its headers are installed; DKMS shows nvidia-fs (nvfs route), mlnx-nvme (when DKMS
-    knows it) and the NVIDIA driver (when it is a DKMS module) C(installed) for it; the
-    vermagic of each module that will load on it names it; the nvme registration symbol the
-    built nvidia-fs looks up is exported by the nvme module that loads on it (read from the
-    modules' ELF sections); the NVIDIA driver built for it is the open kernel module; and, on
-    the p2pdma route, C(/boot/config-<kernel>) has C(CONFIG_PCI_P2PDMA=y).
+    when DKMS shows nvidia-fs (nvfs route), mlnx-nvme (when DKMS knows it) and the NVIDIA
+    driver (when it is a DKMS module) C(installed) for it, or an nvidia-fs DKMS did not build
+    loads with its vermagic (the prebuilt linux-modules-nvidia-fs-<kernel> of linux-nvidia
+    kernels); its headers are installed where DKMS still has to build one of them; the
+    vermagic of each module that will load on it names it, or, for a module reached through
+    C(weak-updates/) (RHEL kmod packages), its vermagic flags and symbol CRCs match the
+    kernel's (C(/boot/symvers-<kernel>.gz)); the nvme registration symbol the built nvidia-fs
+    looks up is exported by the nvme module that loads on it (read from the modules' ELF
+    sections; for an nvme built into the kernel, from its Module.symvers), GPL-only on
+    kernels from 6.6
+    (whose C(__symbol_get()) refuses any other export); the NVIDIA driver built for it is the
+    open kernel module; and, on the p2pdma route, C(/boot/config-<kernel>) has
+    C(CONFIG_PCI_P2PDMA=y).
   - With I(protect), when the gate fails for a kernel other than the running one, keeps the
     running kernel the default boot entry (grubby --set-default; GRUB_DEFAULT=saved and
     grub-set-default on Debian/Ubuntu) and holds the failing kernel's packages (apt-mark hold;

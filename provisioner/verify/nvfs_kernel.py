@@ -4,7 +4,8 @@ Each floor is the oldest nvidia-fs whose ChangeLog entry says it builds on that 
 from NVIDIA/gds-nvidia-fs ``ChangeLog`` at the tags in
 tests/fixtures/kernel_gate/nvfs_kernel_pairing.yml (tests/unit/test_nvfs_kernel_pairing.py holds
 the two to each other). A kernel newer than the newest listed series needs at least the newest
-floor; whether that release really builds there only DKMS can tell (the kernel gate does).
+floor, and is "unverified": no ChangeLog entry says that release builds and works there (DKMS
+and the kernel gate tell whether it builds).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from provisioner.verify.parsers.driver import version_tuple
 
 # (kernel series, oldest nvidia-fs that builds on it), ascending: the one table, in
 # plugins/module_utils/nvfs_symbols.py, that verify.yml's pairing assert reads too
-FLOORS: tuple[tuple[tuple[int, int], str], ...] = tuple(
-    collection_utils.load("nvfs_symbols.py").KERNEL_FLOORS)
+_RULES = collection_utils.load("nvfs_symbols.py")
+FLOORS: tuple[tuple[tuple[int, int], str], ...] = tuple(_RULES.KERNEL_FLOORS)
 
 
 def floor_for(kernel: tuple[int, ...]) -> tuple[tuple[int, int], str] | None:
@@ -27,13 +28,10 @@ def floor_for(kernel: tuple[int, ...]) -> tuple[tuple[int, int], str] | None:
     return best
 
 
-def pairing(kernel: tuple[int, ...], nvfs_version: str | None) -> tuple[bool | None, str]:
-    """(ok, floor text): ok is None when there is nothing to compare."""
-    floor = floor_for(kernel)
-    if floor is None:
-        return None, ""
-    series, version = floor
-    text = f"nvidia-fs >= {version} on kernel >= {series[0]}.{series[1]}"
-    if not nvfs_version or not version_tuple(nvfs_version):
-        return None, text
-    return version_tuple(nvfs_version) >= version_tuple(version), text
+def pairing(kernel: tuple[int, ...], nvfs_version: str | None) -> tuple[bool | None, str, str]:
+    """(ok, floor text, unverified text): ok is None when there is nothing to compare or the
+    kernel is newer than any the ChangeLog names (unverified says so); the shared rule of
+    plugins/module_utils/nvfs_symbols.py, which verify.yml reads too."""
+    version = nvfs_version if nvfs_version and version_tuple(nvfs_version) else None
+    out = _RULES.kernel_pairing(version, tuple(kernel[:2]))
+    return out["ok"], str(out["floor"]), str(out.get("unverified") or "")

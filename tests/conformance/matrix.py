@@ -38,21 +38,33 @@ AXES: dict[str, tuple[Any, ...]] = {
     "nvidia_fs": ("2.17.5", "2.25.7", "2.26.6", "2.28.4", None),
     "nvme_registration": ("v1", "v2", "rdma", "none", "mismatched"),
     "storage": ("local-nvme", "raid0", "nvmeof-rdma", "nvmeof-tcp", *simnode.NETFS),
-    "kernel": ("6.8", "6.17", "os"),
+    "kernel": ("6.8", "6.17", "6.18", "os"),
+    "arch": ("x86_64", "aarch64"),
 }
-# The deployment x OS x route pairs NVIDIA supports, each covered by a profile whose verdict is
-# compliant: host installs of the nvfs route on every OS of the matrix; the p2pdma route on
-# the kernels with PCI P2PDMA for GDS (Ubuntu 22.04 HWE and 24.04, RHEL/Rocky 9 but not 9.5 x86:
-# GDS release notes, known issues); the GPU Operator's GDS (nvidia-fs in its driver container)
-# on Ubuntu 22.04/24.04 and RHEL 8/9; a host-installed driver under the operator alike.
+# The deployment x OS x route pairs NVIDIA supports on x86_64, each covered by a profile whose
+# verdict is compliant: host installs of the nvfs route on every OS of the matrix; the p2pdma
+# route on the kernels with PCI P2PDMA for GDS (Ubuntu 22.04 HWE and 24.04, RHEL/Rocky 9 but
+# not 9.5 x86: GDS release notes, known issues); the GPU Operator's GDS (nvidia-fs in its driver
+# container) on Ubuntu 22.04/24.04 only (cloud-native-docs gpu-operator/platform-support.rst:
+# Ubuntu and OpenShift; on RHEL without OpenShift nvidia-fs-ctr crash-loops, gpu-operator#2911,
+# #2416: tests/fixtures/gpu-operator/gds_support.yml); a host-installed driver under the
+# operator (a host install of GDS) on every OS it runs.
 SUPPORTED = {
     *(("host", o, "nvfs") for o in simnode.OS),
     *(("host", o, "p2pdma") for o in ("ubuntu-22.04", "ubuntu-24.04", "rhel-9", "rocky-9")),
-    *(("operator", o, "nvfs") for o in ("ubuntu-22.04", "ubuntu-24.04", "rhel-8", "rhel-9",
-                                        "rhel-9.5")),
+    *(("operator", o, "nvfs") for o in ("ubuntu-22.04", "ubuntu-24.04")),
     *(("operator-host-driver", o, "nvfs") for o in ("ubuntu-22.04", "ubuntu-24.04", "rhel-8",
                                                     "rhel-9")),
     ("operator-host-driver", "ubuntu-24.04", "p2pdma"),
+}
+# The same on aarch64 (Grace Hopper / Grace Blackwell: nvidia-fs 2.17.4+, the CUDA repository's
+# sbsa folder): host installs of the nvfs route on Ubuntu 22.04 with its HWE kernel and on RHEL 9
+# (GDS release notes 1.7.2 and 1.8.1: Grace Hopper with 64K pages, local NVMe); the operator's
+# GDS on Ubuntu 24.04 (platform-support.rst: GH200, GB200/GB300 NVL72 among its ARM platforms).
+SUPPORTED_AARCH64 = {
+    ("host", "ubuntu-22.04", "nvfs"),
+    ("host", "rhel-9", "nvfs"),
+    ("operator", "ubuntu-24.04", "nvfs"),
 }
 
 
@@ -133,16 +145,16 @@ def render(all_profiles: list[dict[str, Any]]) -> str:
              "each); `provisioner verify` and `playbooks/verify.yml` give each the verdict in "
              "the last columns (tests/conformance/test_conformance.py). Axes: see "
              "tests/conformance/README.md.", "",
-             "| profile | deployment | OS | route | CUDA | driver | nvidia-fs | nvme reg. | "
+             "| profile | deployment | OS | arch | route | CUDA | driver | nvidia-fs | nvme reg. | "
              "storage | kernel | verdict | fails |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in all_profiles:
         ax, ex = p["axes"], p["expect"]
         fails = ", ".join(f"`{k}`" for k, v in sorted(ex.get("checks", {}).items())
                           if v == "fail") or "-"
         verdict = "compliant" if ex["compliant"] else "NOT compliant"
         lines.append("| " + " | ".join([
-            f"`{p['id']}`", ax["deployment"], ax["os"], ax["route"], _cell(ax["cuda"]),
+            f"`{p['id']}`", ax["deployment"], ax["os"], ax["arch"], ax["route"], _cell(ax["cuda"]),
             ax["driver"], _cell(ax.get("nvidia_fs")), ax["nvme_registration"], ax["storage"],
             _cell(ax["kernel"]), verdict, fails]) + " |")
     lines += ["", END]

@@ -89,7 +89,8 @@ glob.glob = _fake_glob  # type: ignore[assignment]
 
 _uname = platform.uname()
 platform.uname = lambda: _uname._replace(  # type: ignore[assignment]
-    node=NODE["hostname"], release=NODE["kernel"], version="#1 SMP", machine="x86_64")
+    node=NODE["hostname"], release=NODE["kernel"], version="#1 SMP",
+    machine=NODE.get("arch", "x86_64"))
 
 
 # -- stand-in commands ------------------------------------------------------------------------
@@ -121,25 +122,28 @@ def _gdscheck_netfs(g: dict[str, Any]) -> str:
 def _gdscheck() -> str:
     g = NODE["gdscheck"]
     if g.get("format") == "modes":  # GDS 1.16.0.49: the modes a path can take, no P2PDMA line
-        nvme = ", ".join([m for m, on in (("p2pdma", g["p2pdma"] == "Supported"),
-                                          ("nvfs", g["nvme"] == "Supported")) if on]
-                         + ["compat"])
+        nvme = g.get("nvme_modes") or ", ".join(
+            [m for m, on in (("p2pdma", g["p2pdma"] == "Supported"),
+                             ("nvfs", g["nvme"] == "Supported")) if on] + ["compat"])
+        arch = NODE.get("arch", "x86_64")
+        gpu = NODE["gpus"][0]["name"]
         of = "nvfs, compat" if g["nvmeof"] == "Supported" else "compat"
         return (f"GDS release version: {g['gds_version']}\nnvidia_fs version: {g['nvfs']} "
-                "nvidia_fs minimum version: 2.12\nPlatform: x86_64\n============\n"
+                f"nvidia_fs minimum version: 2.12\nPlatform: {arch}\n============\n"
                 "ENVIRONMENT:\n============\n=====================\nDRIVER CONFIGURATION:\n"
                 f"=====================\nNVMe : {nvme}\nNVMeOF : {of}\nSCSI : compat\n"
-                "=========\nGPU INFO:\n=========\nGPU index 0 NVIDIA H100 80GB HBM3 bar:1 bar "
+                f"=========\nGPU INFO:\n=========\nGPU index 0 {gpu} bar:1 bar "
                 "size (MiB):131072 supports GDS, IOMMU State: Disabled\n==============\n"
                 "PLATFORM INFO:\n==============\nIOMMU: disabled\n"
                 "Platform verification succeeded\n")
     return (f" GDS release version: {g['gds_version']}\n nvidia_fs version:  {g['nvfs']} "
-            "libcufile version: 2.12\n Platform: x86_64\n ============\n ENVIRONMENT:\n"
+            f"libcufile version: 2.12\n Platform: {NODE.get('arch', 'x86_64')}\n ============\n"
+            " ENVIRONMENT:\n"
             " ============\n =====================\n DRIVER CONFIGURATION:\n"
             " =====================\n"
             f" NVMe P2PDMA        : {g['p2pdma']}\n NVMe               : {g['nvme']}\n"
             f" NVMeOF             : {g['nvmeof']}\n" + _gdscheck_netfs(g) +
-            " =========\n GPU INFO:\n =========\n GPU index 0 NVIDIA H100 80GB HBM3 bar:1 bar "
+            f" =========\n GPU INFO:\n =========\n GPU index 0 {NODE['gpus'][0]['name']} bar:1 bar "
             "size (MiB):131072 supports GDS, IOMMU State: Disabled\n ==============\n"
             " PLATFORM INFO:\n ==============\n IOMMU: disabled\n"
             " Platform verification succeeded\n")
@@ -171,19 +175,21 @@ def _command(argv: list[str]) -> tuple[int, str, str] | None:
     if name == "ofed_info":
         return 0, NODE["ofed"] + ":\n", ""
     if name == "dkms":
-        return 0, "".join(f"{m}, {NODE['kernel']}, x86_64: installed\n"
+        return 0, "".join(f"{m}, {NODE['kernel']}, {NODE.get('arch', 'x86_64')}: installed\n"
                           for m in NODE.get("dkms", [])), ""
     if name == "lsblk":
         return 0, json.dumps(NODE["lsblk"]), ""
     if name == "mokutil":
         return 0, "SecureBoot disabled\n", ""
     if name == "ldconfig":
-        return 0, "".join(f"\tlibcufile.so.0 (libc6,x86-64) => {p}\n"
+        tag = "AArch64" if NODE.get("arch") == "aarch64" else "x86-64"
+        return 0, "".join(f"\tlibcufile.so.0 (libc6,{tag}) => {p}\n"
                           for p in NODE.get("ldconfig", [])), ""
     if name == "grubby":
+        default = NODE.get("next_kernel") or NODE["kernel"]
         if "--default-kernel" in argv:
-            return 0, f"/boot/vmlinuz-{NODE['kernel']}\n", ""
-        return 0, (f'index=0\nkernel="/boot/vmlinuz-{NODE["kernel"]}"\n'
+            return 0, f"/boot/vmlinuz-{default}\n", ""
+        return 0, (f'index=0\nkernel="/boot/vmlinuz-{default}"\n'
                    f'args="{NODE["cmdline"]}"\n'), ""
     if name == "modprobe":
         return 0, "kmod version 31\n+ZSTD +XZ -ZLIB +LIBCRYPTO -EXPERIMENTAL\n", ""

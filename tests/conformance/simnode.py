@@ -38,7 +38,11 @@ OS = {
                 "5.14.0-570.17.1.el9_6.x86_64", "rpm"),
 }
 # kernel axis -> the release that replaces the OS's own (Ubuntu's HWE kernels)
-KERNEL = {"6.8": "6.8.0-60-generic", "6.17": "6.17.0-5-generic"}
+KERNEL = {"6.8": "6.8.0-60-generic", "6.17": "6.17.0-5-generic", "6.18": "6.18.3-061803-generic"}
+# arch axis -> the CUDA toolkit's target folder (targets/<folder>/lib), the driver's banner and
+# the GPUs nvidia-smi lists (Grace Hopper's GH200 on aarch64)
+ARCH = {"x86_64": ("x86_64-linux", "x86_64", "NVIDIA H100 80GB HBM3"),
+        "aarch64": ("sbsa-linux", "aarch64", "NVIDIA GH200 480GB")}
 # CUDA axis -> (package series, libcufile release): docs gds-reference "Observed pairs"
 # (12.8 -> 1.13.x, 12.9 -> 1.14.x, 13.0 -> 1.15.1); "newest": the wheel kvikio's
 # cuda-toolkit[cufile]==13.* resolves to (issue 28: nvidia-cufile 1.19.x), its series a stand-in
@@ -70,7 +74,9 @@ def _vt(v: str) -> tuple[int, ...]:
 def kernel_release(profile: dict[str, Any]) -> str:
     ax = profile["axes"]
     k = ax.get("kernel")
-    return KERNEL[k] if k in KERNEL else OS[ax["os"]][1]
+    release = KERNEL[k] if k in KERNEL else OS[ax["os"]][1]
+    # RHEL names the architecture in the release; Ubuntu's arm64 kernels keep the same names
+    return release.replace(".x86_64", "." + ax.get("arch", "x86_64"))
 
 
 def _lookup_v2(nvfs: str | None, release: str) -> bool:
@@ -160,8 +166,9 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         else:
             entry.update(fstype="xfs", mountpoint="/mnt/gds")
         lsblk_devs.append(entry)
-    gpus = [{"name": "NVIDIA H100 80GB HBM3", "bdf": f"00000000:{0x19 + i:02X}:00.0"}
-            for i in range(2)]
+    arch = ax.get("arch", "x86_64")
+    target, _banner, gpu_name = ARCH[arch]
+    gpus = [{"name": gpu_name, "bdf": f"00000000:{0x19 + i:02X}:00.0"} for i in range(2)]
     # a network filesystem's client module loaded, an RDMA port and the client NIC in
     # cufile.json (node.netfs_client_modules, node.rdma_ports, node.rdma_dev_addr_list)
     net_fstype = str((over.get("netfs_mount") or {}).get("fstype")) if storage in NETFS else ""
@@ -186,6 +193,8 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
                     "nvme": over.get("gdscheck_nvme", "Supported" if nvme_ok else "Unsupported"),
                     "nvmeof": "Supported" if nvfs and rdma_patched else "Unsupported",
                     "format": over.get("gdscheck_format", "lines"),
+                    # the whole NVMe line in the modes format (Grace's "c2c, nvfs, compat")
+                    "nvme_modes": over.get("gdscheck_nvme_modes"),
                     # a network filesystem's lines and the --rdma lines (netfs profiles)
                     "netfs": {str(k): str(v) for k, v in
                               (over.get("gdscheck_netfs") or {}).items()}}
@@ -214,12 +223,12 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
     elif dep == "operator-host-driver":
         validations = ["driver-ready", "toolkit-ready"]
         ready = "IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH=/host\n"
-    libcufile = (f"/usr/local/cuda-{cuda_dir}/targets/x86_64-linux/lib/libcufile.so.{cufile_ver}"
+    libcufile = (f"/usr/local/cuda-{cuda_dir}/targets/{target}/lib/libcufile.so.{cufile_ver}"
                  if host_gds else None)
     multipath = "N" if route == "p2pdma" else "Y"
     dwords = "RMForceStaticBar1=1;RmForceDisableIomapWC=1;" if route == "p2pdma" else ""
     m = {
-        "hostname": profile["id"][:60], "kernel": release, "os_release": os_text,
+        "hostname": profile["id"][:60], "kernel": release, "os_release": os_text, "arch": arch,
         "manager": manager, "packages": packages, "commands": sorted(set(commands)),
         "modinfo": modinfo, "driver": ax["driver"], "driver_version": DRIVER_VERSION,
         "gpus": gpus, "nvfs": nvfs, "kallsyms": kallsyms, "ofed": ofed,
@@ -236,6 +245,10 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
         "p2pdma_modprobe": route == "p2pdma",
         "verify_runtime": route != "none",
         "netfs_client_modules": list(client_modules), "rdma_ports": dict(rdma_ports),
+        # the kernel the node boots next (installed beside the running one; grubby's default)
+        # and the kernel gate's state file (/var/lib/gdsfleet/kernel-gate.json), as
+        # plugins/module_utils/kernel_boot.py record() writes it
+        "next_kernel": None, "kernel_gate_state": None,
     }
     m.update(over.get("model") or {})
     return m
@@ -256,8 +269,8 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
     w("/proc/sys/kernel/random/boot_id", "0f0e0d0c-0b0a-0908-0706-050403020100\n")
     w("/proc/cmdline", m["cmdline"] + "\n")
     w("/proc/kallsyms", "".join(line + "\n" for line in m["kallsyms"]))
-    flavor = ("NVIDIA UNIX Open Kernel Module for x86_64" if m["driver"] == "open"
-              else "NVIDIA UNIX x86_64 Kernel Module")
+    flavor = (f"NVIDIA UNIX Open Kernel Module for {m['arch']}" if m["driver"] == "open"
+              else f"NVIDIA UNIX {m['arch']} Kernel Module")
     w("/proc/driver/nvidia/version", f"NVRM version: {flavor}  {m['driver_version']}  Release "
       "Build  (dvs-builder@U22)\nGCC version:  gcc version 12.3.0\n")
     w("/sys/module/nvidia/version", m["driver_version"] + "\n")
@@ -323,6 +336,10 @@ def build_root(profile: dict[str, Any], root: Path) -> dict[str, Any]:
         w(f"/usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", "")
         os.chmod(root / f"usr/local/cuda-{m['cuda_dir']}/gds/tools/gdscheck", 0o700)
     w(f"/boot/vmlinuz-{m['kernel']}", "")
+    if m["next_kernel"]:
+        w(f"/boot/vmlinuz-{m['next_kernel']}", "")
+    if m["kernel_gate_state"] is not None:
+        w("/var/lib/gdsfleet/kernel-gate.json", json.dumps(m["kernel_gate_state"], indent=1))
     w(f"/lib/modules/{m['kernel']}/modules.builtin", "kernel/drivers/block/loop.ko\n")
     if m["operator"] == "operator":
         w("/run/nvidia/driver/usr/bin/nvidia-smi", "")

@@ -67,10 +67,26 @@ def test_every_axis_value_is_covered() -> None:
         assert seen == set(values), (axis, set(values) - seen)
 
 
-def test_every_supported_deployment_os_route_pair_has_a_compliant_profile() -> None:
+@pytest.mark.parametrize(("arch", "supported"), [("x86_64", matrix.SUPPORTED),
+                                                  ("aarch64", matrix.SUPPORTED_AARCH64)])
+def test_every_supported_deployment_os_route_pair_has_a_compliant_profile(
+        arch: str, supported: set[tuple[str, str, str]]) -> None:
     compliant = {(p["axes"]["deployment"], p["axes"]["os"], p["axes"]["route"])
-                 for p in PROFILES if p["expect"]["compliant"]}
-    assert compliant >= matrix.SUPPORTED, sorted(matrix.SUPPORTED - compliant)
+                 for p in PROFILES if p["expect"]["compliant"] and p["axes"]["arch"] == arch}
+    assert compliant >= supported, sorted(supported - compliant)
+
+
+def test_the_operators_gds_is_supported_only_where_nvidia_lists_it() -> None:
+    """Issue 43: Ubuntu 22.04/24.04 and OpenShift only (tests/fixtures/gpu-operator/
+    gds_support.yml); the matrix claimed RHEL 8/9 too."""
+    import yaml
+
+    support = yaml.safe_load((matrix.HERE.parents[0] / "fixtures" / "gpu-operator"
+                              / "gds_support.yml").read_text())["platform_support"]
+    listed = {f"ubuntu-{v}" for v in support["ubuntu_versions"]}
+    for dep, os_, _route in matrix.SUPPORTED | matrix.SUPPORTED_AARCH64:
+        if dep == "operator":
+            assert os_ in listed, os_
 
 
 def test_the_simulated_gather_is_the_real_script(tmp_path: Path) -> None:

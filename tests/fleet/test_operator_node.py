@@ -92,12 +92,21 @@ def test_operator_node_prepared_verified_and_labelled(node: Any) -> None:
     # lab's source of linux-headers-<kernel> (a real node's distribution archive) and is removed.
     node.exec(name, MOFED.format(base=node.repo_base), timeout=600)
     values = node.tmp / "values.yaml"
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(node.inventory),
-         "gdsfleet.gds.gpu_operator", "--skip-tags", "mofed", "-e", "gpu_operator_helm=false",
-         "-e", f"gpu_operator_values_file={values}"],
-        capture_output=True, text=True, timeout=900, cwd=ROOT, env=_env(node.collections),
-        check=False)
+    play = [str(VENV_BIN / "ansible-playbook"), "-i", str(node.inventory),
+            "gdsfleet.gds.gpu_operator", "--skip-tags", "mofed", "-e", "gpu_operator_helm=false",
+            "-e", f"gpu_operator_values_file={values}"]
+    # Debian 12 is not on NVIDIA's list for the operator's GDS (Ubuntu 22.04/24.04, OpenShift):
+    # refused on the node before any change (issue 43: nvidia-fs-ctr would crash-loop there)
+    proc = subprocess.run(play, capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env=_env(node.collections), check=False)
+    assert proc.returncode != 0 and "not supported on this node" in proc.stdout, _explain(proc)
+    assert "gpu-operator#2911" in proc.stdout and not values.exists()
+    assert node.exec(name, "test -e /etc/cufile.json", check=False).returncode != 0
+    # the lab's nodes are all Debian 12 (docs/testing.md): declared OpenShift nodes here, the
+    # rest of the play runs; the rule itself is tests/unit/test_gpu_operator_gds_support.py's
+    proc = subprocess.run([*play, "-e", "gpu_operator_openshift=true"], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT, env=_env(node.collections),
+                          check=False)
     assert proc.returncode == 0, _explain(proc)
     # the Helm step is there and was skipped (gpu_operator_helm=false), the values rendered
     assert "Install or upgrade the GPU Operator release" in proc.stdout

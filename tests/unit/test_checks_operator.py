@@ -107,6 +107,26 @@ def test_operator_node_without_nvidia_fs_fails_and_names_the_operator_fix() -> N
     assert not compliant
 
 
+@pytest.mark.parametrize(("os_release", "supported"), [
+    ('PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\nVERSION_ID="24.04"\n', True),
+    ('PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n', True),
+    ('PRETTY_NAME="Red Hat Enterprise Linux CoreOS 418"\nID="rhcos"\nVERSION_ID="4.18"\n', True),
+    ('PRETTY_NAME="Red Hat Enterprise Linux 9.6 (Plow)"\nID="rhel"\nVERSION_ID="9.6"\n', False),
+    ('PRETTY_NAME="Rocky Linux 9.6 (Blue Onyx)"\nID="rocky"\nVERSION_ID="9.6"\n', False),
+])
+def test_without_nvidia_fs_the_fix_depends_on_whether_nvidia_supports_the_operators_gds(
+        os_release: str, supported: bool) -> None:
+    """Issue 43: "enable gds.enabled" is the wrong fix where NVIDIA does not support it
+    (tests/fixtures/gpu-operator/gds_support.yml: nvidia-fs-ctr crash-loops, the GPUs go)."""
+    doc = operator_doc(nvfs_loaded=False, validations="driver-ready\ntoolkit-ready")
+    doc["items"]["os_release"] = {"rc": 0, "out": os_release, "err": ""}
+    c = evaluate(doc)[2]["nvfs.module.loaded"]
+    assert c.status == "fail"
+    assert ("not supported" in c.message) is not supported, c.message
+    if not supported:
+        assert "gpu-operator#2911" in c.message and "playbooks/site.yml" in c.message
+
+
 def test_io_test_command_puts_the_driver_containers_libraries_first() -> None:
     from provisioner.verify.model import IoTestOptions
 

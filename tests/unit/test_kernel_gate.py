@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.unit.kernel_gate_standins import elf_module, write_module
 ROOT = Path(__file__).resolve().parents[2]
 DMA = yaml.safe_load((ROOT / "tests/fixtures/kallsyms/nvfs-dma-modules-list.yml").read_text())
 I87 = yaml.safe_load((ROOT / "tests/fixtures/kernel_gate/issue87.yml").read_text())
+GPL = yaml.safe_load((ROOT / "tests/fixtures/kernel_gate/gpl_exports.yml").read_text())
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -32,6 +34,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 kg = _load("gdsfleet_kernel_gate_utils", ROOT / "plugins/module_utils/kernel_gate.py")
+ke = kg._elf  # plugins/module_utils/kernel_elf.py, as the gate loaded it from beside itself
 
 K = "6.8.0-45-generic"
 OLD = "6.8.0-40-generic"
@@ -48,9 +51,14 @@ def vermagic(k: str) -> str:
 def node(tmp: Path, k: str = K, *, headers: bool = True, nvfs_looks: str = V1,
          nvme_exports: tuple[str, ...] = (V1,), driver_license: str = OPEN,
          nvfs_vermagic: str | None = None, nvme_dir: str = "updates/dkms",
-         suffix: str = ".ko") -> Path:
+         suffix: str = ".ko", nvme_export_kind: str = "gpl") -> Path:
     """A stand-in /lib/modules tree for kernel k, as DKMS leaves it after building nvidia-fs
-    and mlnx-nvme (updates/dkms) next to the kernel's own modules (kernel/)."""
+    and mlnx-nvme (updates/dkms) next to the kernel's own modules (kernel/). The nvme module
+    exports its registration names GPL-only (``nvme_export_kind``: gpl, plain, or strings: in
+    __ksymtab_strings with no export table to say which)."""
+    exported: dict[str, tuple[str, ...]] = {"plain_exports": ("nvme_init_ctrl",)}
+    key = {"gpl": "gpl_exports", "plain": "plain_exports", "strings": "exports"}[nvme_export_kind]
+    exported[key] = exported.get(key, ()) + nvme_exports
     root = tmp / "lib/modules"
     mdir = root / k
     mdir.mkdir(parents=True, exist_ok=True)
@@ -61,10 +69,9 @@ def node(tmp: Path, k: str = K, *, headers: bool = True, nvfs_looks: str = V1,
         rodata=("nvidia-fs", nvfs_looks, nvfs_looks.replace("_register_", "_unregister_"),
                 "nvme_rdma_v1_register_nvfs_dma_ops")))
     write_module(mdir / f"{nvme_dir}/nvme{suffix}", elf_module(
-        name="nvme", vermagic=vermagic(k), license="GPL", exports=("nvme_init_ctrl",
-                                                                    *nvme_exports)))
+        name="nvme", vermagic=vermagic(k), license="GPL", **exported))
     write_module(mdir / "kernel/drivers/nvme/host/nvme.ko", elf_module(
-        name="nvme", vermagic=vermagic(k), license="GPL", exports=("nvme_init_ctrl",)))
+        name="nvme", vermagic=vermagic(k), license="GPL", gpl_exports=("nvme_init_ctrl",)))
     write_module(mdir / f"updates/dkms/nvidia{suffix}", elf_module(
         name="nvidia", vermagic=vermagic(k), license=driver_license))
     return root
@@ -144,11 +151,51 @@ def test_big_endian_elf_reads() -> None:
     assert kg.vermagic_kernel(elf) == K and kg.exported_symbols(elf) == {V1, "x"}
 
 
+def test_an_export_is_gpl_or_plain_by_the_table_its_ksymtab_symbol_lies_in(
+        tmp_path: Path) -> None:
+    """__ksymtab_strings holds both kinds' names (what the gate merged before issue 43);
+    the __ksymtab_<name> symbol's section tells them apart (scripts/module.lds.S)."""
+    assert GPL["layout"]["strings_section"] == "__ksymtab_strings"
+    p = write_module(tmp_path / "m.ko", elf_module(
+        vermagic=vermagic(K), gpl_exports=(V2,), plain_exports=(V1,), exports=("x",)))
+    elf = ke.read_module(str(p))
+    assert ke.exports(elf) == {V2: "gpl", V1: "plain", "x": "unknown"}
+    assert ke.exported_symbols(elf) == {V1, V2, "x"}
+    if shutil.which("readelf"):
+        out = subprocess.run(["readelf", "-W", "-S", "-s", str(p)], capture_output=True,
+                             text=True, check=True).stdout
+        index = {int(m.group(1)): m.group(2) for m in
+                 re.finditer(r"\[\s*(\d+)\]\s+(\S+)", out)}
+        ndx = {m.group(2): int(m.group(1)) for m in
+               re.finditer(r"\s(\d+)\s+(__ksymtab_nvme\S+)$", out, re.M)}
+        assert index[ndx[f"__ksymtab_{V2}"]] == "__ksymtab_gpl"
+        assert index[ndx[f"__ksymtab_{V1}"]] == "__ksymtab"
+
+
+def test_a_compiled_objects_unlinked_gpl_export_section_reads(tmp_path: Path) -> None:
+    """A real compiler's object before the module link: ___ksymtab_gpl+<name>, as
+    include/linux/export-internal.h names it (TEST STAND-IN source, not kernel code)."""
+    cc = shutil.which("cc")
+    if not cc:
+        pytest.skip("no cc")
+    src = tmp_path / "standin.c"
+    src.write_text(
+        "/* TEST STAND-IN: an export table entry shaped like EXPORT_SYMBOL_GPL's */\n"
+        f'__attribute__((section("___ksymtab_gpl+{V2}"), used))\n'
+        f"const int __ksymtab_{V2}[3];\n"
+        f'__attribute__((section("___ksymtab+{V1}"), used))\n'
+        f"const int __ksymtab_{V1}[3];\n")
+    obj = tmp_path / "standin.ko"
+    subprocess.run([cc, "-O2", "-c", "-o", str(obj), str(src)], check=True)
+    assert ke.exports(ke.read_module(str(obj))) == {V2: "gpl", V1: "plain"}
+
+
 def test_hostile_bytes_are_a_gate_error_never_a_crash() -> None:
     """Property test with a fixed seed (no Hypothesis in this venv): a stand-in with bytes
     overwritten anywhere, or junk, reads or raises GateError/ValueError, nothing else."""
     rnd = random.Random(29)  # noqa: S311  fixed-seed fuzzing, not crypto
-    good = elf_module(vermagic=vermagic(K), exports=(V1,), rodata=(V1,), ksymtab_symbols=("a",))
+    good = elf_module(vermagic=vermagic(K), exports=(V1,), rodata=(V1,), ksymtab_symbols=("a",),
+                      gpl_exports=(V2,), plain_exports=("b",), versions=(("c", 7),))
     for _ in range(400):
         bad = bytearray(good)
         at = rnd.randrange(len(bad))
@@ -158,6 +205,7 @@ def test_hostile_bytes_are_a_gate_error_never_a_crash() -> None:
             try:
                 elf = kg.Elf(data)
                 kg.vermagic_kernel(elf), kg.exported_symbols(elf), kg.nvme_lookups(elf)
+                ke.exports(elf), ke.modversions(elf)
             except (kg.GateError, ValueError):
                 pass
 
@@ -169,7 +217,7 @@ def test_a_kernel_with_everything_built_passes(tmp_path: Path) -> None:
     assert g["passed"], g
     assert {r["check"] for r in g["results"]} >= {
         "headers", "dkms.nvidia-fs", "dkms.mlnx-nvme", "vermagic.nvidia_fs", "vermagic.nvme",
-        "vermagic.nvidia", "nvme.symbol", "driver.open"}
+        "vermagic.nvidia", "nvme.symbol", "nvme.symbol.gpl", "driver.open"}
     sym = next(r for r in g["results"] if r["check"] == "nvme.symbol")
     assert V1 in sym["reason"] and "updates/dkms/nvme.ko" in sym["reason"]
 
@@ -192,6 +240,36 @@ def test_issue_87_v2_only_nvme_and_v1_nvidia_fs_fail_naming_both(tmp_path: Path)
     reason = f["nvme.symbol"]["reason"]
     assert V1 in reason and V2 in reason and "compat" in reason
     assert "#87" in f["nvme.symbol"]["fix"]
+
+
+def test_a_plain_export_of_the_registration_name_fails_on_6_6_and_later(tmp_path: Path) -> None:
+    """Linux 6.6's __symbol_get() refuses it: nvidia-fs never registers with nvme (NV-Kernels
+    #10, the same for NFS in #13, BeeGFS in ThinkParQ/beegfs#123)."""
+    assert GPL["rule"]["first_release"] == "6.6"
+    g = gate(node(tmp_path, nvme_export_kind="plain"))
+    f = failed(g)
+    assert set(f) == {"nvme.symbol.gpl"}, g
+    reason = f["nvme.symbol.gpl"]["reason"]
+    assert V1 in reason and "EXPORT_SYMBOL_GPL" in reason and "6.6" in reason
+    assert GPL["rule"]["commit"][:12] in reason and "compat" in reason
+    assert "NV-Kernels" in f["nvme.symbol.gpl"]["fix"]
+
+
+def test_a_plain_export_on_an_older_kernel_passes_and_says_the_rule_is_not_known_there(
+        tmp_path: Path) -> None:
+    old = "5.15.0-139-generic"
+    g = gate(node(tmp_path, old, nvme_export_kind="plain"), old)
+    assert g["passed"], g
+    note = next(r for r in g["results"] if r["check"] == "nvme.symbol.gpl")["reason"]
+    assert "EXPORT_SYMBOL" in note and "6.6" in note and "backport" in note
+
+
+def test_gpl_and_unknown_exports_pass(tmp_path: Path) -> None:
+    assert gate(node(tmp_path / "gpl"))["passed"]
+    g = gate(node(tmp_path / "strings", nvme_export_kind="strings"))
+    assert g["passed"], g
+    note = next(r for r in g["results"] if r["check"] == "nvme.symbol.gpl")["reason"]
+    assert "could not tell" in note
 
 
 def test_v2_nvidia_fs_on_a_v2_nvme_passes_and_on_the_stock_nvme_fails(tmp_path: Path) -> None:
@@ -254,7 +332,7 @@ def test_p2pdma_needs_the_kernel_config_and_no_nvidia_fs(tmp_path: Path) -> None
 
 def test_no_dkms_on_the_nvfs_route_fails(tmp_path: Path) -> None:
     g = kg.evaluate(K, dkms_text=None, modules_root=str(node(tmp_path)))
-    assert "dkms" in failed(g)
+    assert "dkms is not installed" in failed(g)["dkms.nvidia-fs"]["reason"]
 
 
 def test_a_kernel_name_that_is_not_a_release_is_refused() -> None:

@@ -28,10 +28,10 @@ NEW = "6.1.0-28-amd64"
 ENTRY = f"gnulinux-advanced-UUID>gnulinux-{RUNNING}-advanced-UUID"
 
 
-def state(tmp: Path, passed: bool) -> str:
+def state(tmp: Path, passed: bool, deferred: bool = False) -> str:
     path = tmp / "kernel-gate.json"
     kg.record({"kernel": NEW, "passed": passed, "reason": "no headers for " + NEW,
-               "fix": f"install linux-headers-{NEW}"}, running=RUNNING,
+               "fix": f"install linux-headers-{NEW}", "deferred": deferred}, running=RUNNING,
               nxt={"kernel": RUNNING, "source": "GRUB saved_entry"}, actions=[],
               path=str(path), now="2026-11-26T20:00:00Z")
     return path.read_text()
@@ -71,6 +71,14 @@ def test_saved_entry_is_ignored_unless_grub_default_is_saved(tmp_path: Path) -> 
     c = gate_check(state_text=state(tmp_path, passed=False), grub="GRUB_DEFAULT=0",
                    grubenv=f"saved_entry={ENTRY}\n")
     assert c.status == "fail"
+
+
+def test_a_deferred_verdict_warns_and_says_it_is_not_final(tmp_path: Path) -> None:
+    """The image's hook ran before its headers (tests/fixtures/kernel_gate/dkms_hooks.yml): a
+    package install in progress, not a failed kernel."""
+    c = gate_check(state_text=state(tmp_path, passed=False, deferred=True))
+    assert c.status == "warn", c
+    assert "deferred" in c.observed and "gates again" in c.message
 
 
 def test_next_boot_kernel_that_passed_passes(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
-"""Issue 16: no file of ``provisioner/`` over 600 lines, unless its module docstring has a line
-starting with ``One piece:`` that says why it must be one piece."""
+"""Issue 16: no file of ``provisioner/`` or of the collection's ``plugins/`` over 600 lines, unless
+its module docstring has a line starting with ``One piece:`` that says why it must be one piece
+(``plugins/`` since issue 43: the kernel gate was 728 lines before its ELF reading moved to
+kernel_elf.py)."""
 
 from __future__ import annotations
 
@@ -33,10 +35,10 @@ def one_piece_reason(source: str) -> str | None:
 
 
 def oversized(root: Path, limit: int = MAX_LINES) -> dict[str, int]:
-    """Every ``*.py`` under ``root/provisioner`` over ``limit`` lines without a ``One piece:``
-    reason, as its path relative to ``root`` -> its line count."""
+    """Every ``*.py`` under ``root/provisioner`` and ``root/plugins`` over ``limit`` lines without
+    a ``One piece:`` reason, as its path relative to ``root`` -> its line count."""
     found: dict[str, int] = {}
-    for path in sorted((root / "provisioner").rglob("*.py")):
+    for path in sorted([*(root / "provisioner").rglob("*.py"), *(root / "plugins").rglob("*.py")]):
         text = path.read_text(encoding="utf-8")
         lines = len(text.splitlines())
         if lines > limit and one_piece_reason(text) is None:
@@ -44,7 +46,7 @@ def oversized(root: Path, limit: int = MAX_LINES) -> dict[str, int]:
     return found
 
 
-def test_no_provisioner_file_over_600_lines() -> None:
+def test_no_provisioner_or_plugins_file_over_600_lines() -> None:
     over = {p: n for p, n in oversized(REPO).items() if p not in PENDING_SPLITS}
     assert not over, (
         f"over {MAX_LINES} lines: "

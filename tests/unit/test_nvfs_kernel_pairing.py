@@ -51,6 +51,24 @@ def kernel_check(release: str, nvfs: str | None, route: str = "nvfs") -> CheckRe
     return next(c for c in results if c.id == "kernel.version")
 
 
+def test_the_6_x_floor_is_2_17_0() -> None:
+    """nvidia-fs 2.17.0 "fixed compilations issues wth linux ver 6.x kernels" (ChangeLog)."""
+    assert nvfs_kernel.FLOORS[0] == ((6, 0), "2.17.0")
+    c = kernel_check("6.1.0-31-amd64", "2.16.1")
+    assert c.status == "fail" and "2.17.0" in c.expected
+
+
+def test_a_kernel_past_the_last_verified_floor_is_unverified_never_a_silent_pass() -> None:
+    """6.18+: no ChangeLog entry names it (gds-nvidia-fs#80: 2.28.2 does not build there).
+    2.29.4 (GPU Operator v26.7.0) and 2.30 (the latest published) are not in the ChangeLog."""
+    assert FIXTURE["last_verified_series"] == "6.17"
+    for nvfs in ("2.28.4", "2.29.4", "2.30.1"):
+        c = kernel_check("6.18.3-061803-generic", nvfs)
+        assert c.status == "warn", c
+        assert "unverified" in c.message and "#80" in c.message
+    assert kernel_check("6.17.0-5-generic", "2.29.4").status == "pass"
+
+
 def test_kernel_6_18_with_nvidia_fs_2_25_7_fails() -> None:
     c = kernel_check("6.18.3-061803-generic", "2.25.7")
     assert c.status == "fail", c
@@ -63,7 +81,10 @@ def test_kernel_6_18_with_nvidia_fs_2_25_7_fails() -> None:
     ("6.14.0-29-generic", "2.26.6", "pass"),
     ("6.11.0-26-generic", "2.25.7", "fail"),
     ("6.8.0-45-generic", "2.25.7", "pass"),
+    ("6.1.0-31-amd64", "2.17.0", "pass"),
+    ("6.0.0-1-amd64", "2.16.1", "fail"),
     ("5.15.0-124-generic", "2.17.5", "pass"),
+    ("5.19.0-50-generic", "2.16.1", "pass"),
     ("5.14.0-427.el9.x86_64", "2.17.5", "pass"),
     ("4.14.0-1-generic", "2.25.7", "fail"),
 ])

@@ -64,14 +64,27 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostRun]:
         "12.9": {"cuda_version": "12.9", "verify_runtime_python": py312},
         "13.0": {"cuda_version": "13.0", "verify_runtime_python": py312},
         "13.1": {"cuda_version": "13.1", "verify_runtime_python": py312},
+        "13.2": {"cuda_version": "13.2", "verify_runtime_python": py312},
+        "13.3": {"cuda_version": "13.3.1", "verify_runtime_python": py312},
+        "13.4": {"cuda_version": "13.4", "verify_runtime_python": py312},
+        "aarch64-13.0": {"cuda_version": "13.0", "verify_runtime_python": py312,
+                         "ansible_facts": {"architecture": "aarch64", "os_family": "Debian"}},
+        "aarch64-13.1": {"cuda_version": "13.1", "verify_runtime_python": py312,
+                         "ansible_facts": {"architecture": "aarch64", "os_family": "Debian"}},
+        "x86-13.0": {"cuda_version": "13.0", "verify_runtime_python": py312,
+                     "ansible_facts": {"architecture": "x86_64", "os_family": "Debian"}},
         "13.9": {"cuda_version": "13.9", "verify_runtime_python": py312},
         "13.9-set": {"cuda_version": "13.9", "verify_runtime_cufile_version": "1.23",
                      "verify_runtime_python": py312},
         "major-only": {"verify_runtime_cuda_major": "13", "verify_runtime_python": py312},
         "jammy-3.11": {"cuda_version": "12.8", "verify_runtime_python": py311},
     }
+    # the architecture is a fact: -e precedence (playbatch's extra_var_names); this machine's
+    # own (x86_64, Debian) where a case does not set it
+    for v in named.values():
+        v.setdefault("ansible_facts", {"architecture": "x86_64", "os_family": "Debian"})
     runs = run_cases(folder / "batch", TASKS, {case_key(v): v for v in named.values()},
-                     _batch_env())
+                     _batch_env(), extra_var_names=("ansible_facts",))
     return {name: runs[case_key(v)] for name, v in named.items()}
 
 
@@ -81,7 +94,13 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostRun]:
     ("12.9", "nvidia-cufile-cu12==1.14.*"),
     ("13.0", "nvidia-cufile==1.15.*"),
     ("13.1", "nvidia-cufile==1.16.*"),
+    ("13.2", "nvidia-cufile==1.17.*"),
+    ("13.3", "nvidia-cufile==1.18.*"),
     ("13.9-set", "nvidia-cufile==1.23.*"),
+    ("x86-13.0", "nvidia-cufile==1.15.*"),
+    # aarch64: the broken 1.15.x wheels are excluded
+    # (tests/fixtures/verify_runtime/broken_wheels.yml)
+    ("aarch64-13.1", "nvidia-cufile==1.16.*,!=1.15.0.42,!=1.15.1.6"),
 ])
 def test_the_cufile_wheel_is_pinned_to_the_nodes_cuda_release(cases: dict[str, HostRun],
                                                                 case: str, spec: str) -> None:
@@ -99,6 +118,26 @@ def test_a_cuda_release_without_a_known_cufile_is_refused_with_the_fix(
     assert "Cannot pin the cuFile wheel" in run.out
     assert "verify_runtime_cufile_version" in run.out
     assert "nothing was changed" in run.out
+
+
+def test_cuda_13_4_has_no_verified_cufile_and_is_refused_with_the_fix(
+        cases: dict[str, HostRun]) -> None:
+    """No NVIDIA source read names 13.4's libcufile (libcufile_by_cuda.txt): unverified, so
+    no row; the operator sets verify_runtime_cufile_version."""
+    assert "13.4" not in _fixture() and "13.4: UNVERIFIED" in FIXTURE.read_text()
+    run = cases["13.4"]
+    assert run.rc == 2 and "Cannot pin the cuFile wheel" in run.out, run.out
+
+
+def test_the_broken_aarch64_cufile_wheels_are_never_pinned(cases: dict[str, HostRun]) -> None:
+    """CUDA 13.0 on Grace: every nvidia-cufile 1.15 aarch64 wheel lacks DT_NEEDED librt
+    (NVIDIA/cuda-python#2313): refused before any change, with the fix."""
+    broken = yaml.safe_load((FIXTURE.parent / "broken_wheels.yml").read_text())
+    assert broken["aarch64"]["nvidia-cufile"]["broken"] == ["1.15.0.42", "1.15.1.6"]
+    run = cases["aarch64-13.0"]
+    assert run.rc == 2, run.out
+    assert "do not load" in run.out and "cuda-python#2313" in run.out
+    assert "CUDA 13.1 or newer" in run.out and "nothing was changed" in run.out
 
 
 def test_no_cuda_version_and_no_host_cufile_installs_unpinned_with_a_warning(

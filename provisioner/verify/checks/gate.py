@@ -50,6 +50,15 @@ def boot_kernel(ctx: Context) -> CheckResult:
     if rec.get("passed"):
         return CheckResult(cid, PASS, _EXPECTED, f"{observed}: passed{when}",
                            f"The kernel gate passed {kernel}, the kernel the node boots next.")
+    if rec.get("deferred"):
+        # the kernel hook ran before the kernel's other half (image or headers) was configured;
+        # DKMS builds, and the gate runs again, when it is (plugins/module_utils/kernel_gate.py
+        # deferral)
+        return CheckResult(cid, WARN, _EXPECTED, f"{observed}: deferred{when}",
+                           f"The kernel gate deferred its verdict on {kernel}, the kernel the "
+                           f"node boots next: {rec.get('reason') or 'no reason recorded'}. It "
+                           "gates again when the package manager is done; until then do not "
+                           f"reboot. If it stays deferred: {rec.get('fix') or _HOW}.")
     return CheckResult(cid, FAIL, _EXPECTED, f"{observed}: FAILED{when}",
                        f"The node would boot {kernel} (running: {running}), which FAILED the "
                        f"kernel gate: {rec.get('reason') or 'no reason recorded'}. After that "

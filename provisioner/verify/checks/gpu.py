@@ -81,7 +81,8 @@ def kernel_version(ctx: Context) -> CheckResult:
     # The pairing (provisioner/verify/nvfs_kernel.py, from the nvidia-fs ChangeLog): only where
     # nvidia-fs carries the I/O (not the p2pdma route).
     nvfs_version = (ctx.f.get("nvfs") or {}).get("version")
-    ok, floor = nvfs_kernel.pairing(ver, nvfs_version) if ctx.target != "p2pdma" else (None, "")
+    ok, floor, unverified = (nvfs_kernel.pairing(ver, nvfs_version) if ctx.target != "p2pdma"
+                             else (None, "", ""))
     if ok is False:
         return CheckResult(cid, FAIL, f">= 4.15; {floor}",
                            f"{release} with nvidia-fs {nvfs_version}",
@@ -91,6 +92,14 @@ def kernel_version(ctx: Context) -> CheckResult:
                            "(set cuda_nvidia_fs_version and run the nvidia_fs role) or boot an "
                            "older kernel; gate the kernel first (gdsfleet.gds.kernel_gate).")
     expected = f">= 4.15; {floor}" if floor else ">= 4.15"
+    if unverified and ok is None and nvfs_version:
+        # past the newest kernel series the nvidia-fs ChangeLog names: never a silent pass
+        # (tests/fixtures/kernel_gate/nvfs_kernel_pairing.yml)
+        return CheckResult(cid, WARN, expected, f"{release} with nvidia-fs {nvfs_version}",
+                           f"Pairing unverified: {unverified}. nvidia-fs {nvfs_version} meets "
+                           f"{floor}, but whether it builds and works on {release} no upstream "
+                           "source says: gate the kernel (gdsfleet.gds.kernel_gate: DKMS must "
+                           "build it) and prove the direct path with the I/O test.")
     if ok:
         return CheckResult(cid, PASS, expected, f"{release} with nvidia-fs {nvfs_version}",
                            f"Kernel is new enough for nvidia-fs, and nvidia-fs {nvfs_version} "

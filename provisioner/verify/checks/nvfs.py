@@ -26,6 +26,18 @@ def module_loaded(ctx: Context) -> CheckResult:
                                ", by the GPU Operator's driver container." if ctx.operator
                                else "."))
     if ctx.operator:
+        osf = ctx.f.get("os") or {}
+        if not operator_gds_supported(osf):
+            # cloud-native-docs gpu-operator/platform-support.rst; gpu-operator#2911, #2416
+            # (tests/fixtures/gpu-operator/gds_support.yml)
+            return CheckResult(cid, FAIL, "nvidia_fs loaded", "not loaded",
+                               "operator-managed node without nvidia_fs, and the GPU Operator's "
+                               f"GDS is not supported on {osf.get('pretty_name') or 'this OS'}: "
+                               "NVIDIA supports it on Ubuntu 22.04/24.04 and OpenShift only, and "
+                               "elsewhere nvidia-fs-ctr crash-loops and the node loses its GPUs "
+                               "(NVIDIA/gpu-operator#2911, #2416). Do not enable gds.enabled for "
+                               "this node (/run/nvidia/validations/nvidia-fs-ready never "
+                               "appears); install GDS on the host instead (playbooks/site.yml).")
         return CheckResult(cid, FAIL, "nvidia_fs loaded", "not loaded",
                            "operator-managed node without nvidia_fs: enable GDS in the GPU "
                            "Operator (gds.enabled, the gdsfleet.gds.gpu_operator playbook does) "
@@ -38,6 +50,13 @@ def module_loaded(ctx: Context) -> CheckResult:
             "nvidia-fs is not installed for this kernel: run the gdsfleet.gds.nvidia_fs "
             "role (nvidia-fs-dkms) and check `dkms status`")
     return CheckResult(cid, FAIL, "nvidia_fs loaded", "not loaded", hint + ".")
+
+
+def operator_gds_supported(osf: dict[str, Any]) -> bool:
+    """Whether NVIDIA supports the GPU Operator's GDS on this OS: Ubuntu 22.04 and 24.04, and
+    OpenShift's Red Hat CoreOS (os-release ID rhcos)."""
+    osid, ver = str(osf.get("id") or "").lower(), str(osf.get("version_id") or "")
+    return osid == "rhcos" or (osid == "ubuntu" and ver in ("22.04", "24.04"))
 
 
 def version_check(n: dict[str, Any], minimum: str) -> CheckResult:

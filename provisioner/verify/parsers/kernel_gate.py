@@ -1,6 +1,6 @@
 """The kernel gate's state file (/var/lib/gdsfleet/kernel-gate.json, written by
-plugins/module_utils/kernel_gate.py) and the GRUB settings that say which entry boots next.
-Node bytes: sizes, types and counts are bounded; anything else is dropped."""
+plugins/module_utils/kernel_boot.py for kernel_gate.py) and the GRUB settings that say which
+entry boots next. Node bytes: sizes, types and counts are bounded; anything else is dropped."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _s(value: Any, limit: int = MAX_TEXT) -> str:
 
 
 def parse_state(text: str | None) -> dict[str, Any]:
-    """{present, error, running, next_boot, kernels: {release: {passed, reason, fix,
+    """{present, error, running, next_boot, kernels: {release: {passed, deferred, reason, fix,
     checked_at, actions}}}."""
     out: dict[str, Any] = {"present": bool(text and text.strip()), "error": None,
                            "running": None, "next_boot": None, "kernels": {}}
@@ -46,7 +46,8 @@ def parse_state(text: str | None) -> dict[str, Any]:
             raw = r.get("actions")
             actions: list[Any] = raw if isinstance(raw, list) else []
             out["kernels"][release] = {
-                "passed": r["passed"], "reason": _s(r.get("reason")), "fix": _s(r.get("fix")),
+                "passed": r["passed"], "deferred": r.get("deferred") is True,
+                "reason": _s(r.get("reason")), "fix": _s(r.get("fix")),
                 "checked_at": _s(r.get("checked_at"), 40),
                 "actions": [{"action": _s(a.get("action"), 40), "ok": a.get("ok") is True,
                              "detail": _s(a.get("detail"), 500)}
@@ -55,8 +56,8 @@ def parse_state(text: str | None) -> dict[str, Any]:
     return out
 
 
-# One reading of GRUB's settings, shared with the gate itself (plugins/module_utils/kernel_gate.py)
-_GATE = collection_utils.load("kernel_gate.py")
+# One reading of GRUB's settings, shared with the gate itself (plugins/module_utils/kernel_boot.py)
+_GATE = collection_utils.load("kernel_boot.py")
 grub_default = _GATE.parse_grub_default
 saved_entry = _GATE.parse_saved_entry
 entry_kernel = _GATE.entry_kernel

@@ -3,8 +3,9 @@
 Some knowledge lives once, in the collection's plugins/module_utils/, because the roles and
 ``provisioner verify`` must agree on it: the cufile.json schema (cufile_schema.py + .json),
 how cufile.json's comments are stripped (cufile_json.py) and how kmod reads modprobe.d
-(modprobe_conf.py), and which GRUB entry boots next (kernel_boot.py, which kernel_gate.py loads
-from beside it with kernel_elf.py). The wheel carries
+(modprobe_conf.py), which GRUB entry boots next (kernel_boot.py, which kernel_gate.py loads
+from beside it with kernel_elf.py), and what GDS needs per network filesystem (netfs_caps.json,
+read through netfs_rules.py). The wheel carries
 build-time copies in provisioner/_collection/ (setup.py); a checkout reads
 plugins/module_utils/ directly.
 """
@@ -18,8 +19,11 @@ from pathlib import Path
 from types import ModuleType
 
 # what setup.py copies into the wheel's provisioner/_collection/
-SHARED_FILES = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py", "cufile_json.py",
-                "kernel_gate.py", "kernel_elf.py", "kernel_boot.py")
+SHARED_FILES: tuple[str, ...] = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py",
+                                 "cufile_json.py", "kernel_gate.py", "kernel_elf.py",
+                                 "kernel_boot.py")
+# the network filesystems' capability table and its rules (netfs_rules.py reads the JSON)
+SHARED_FILES += ("netfs_rules.py", "netfs_caps.json")
 
 # verify evaluates nodes in parallel threads: a module is in sys.modules before its code has run
 # (exec_module needs that), so a second thread must wait for the first to finish loading it.

@@ -9,9 +9,12 @@ import os
 
 # The kernel module each network filesystem's GDS client registers with nvidia-fs from
 # (NVIDIA/gds-nvidia-fs src/nvfs-dma.h NVFS_PROC_MOD_*_KEY at v2.28.4: rpcrdma, lnet,
-# mmfslinux, wekafsio, beegfs; tests/fixtures/netfs/nvfs_client_modules.yml). Present in
-# /sys/module when loaded (or built in).
-NETFS_CLIENT_MODULES = ("rpcrdma", "lnet", "ko2iblnd", "mmfslinux", "wekafsio", "beegfs")
+# mmfslinux, wekafsio, beegfs, scatefs; tests/fixtures/netfs/nvfs_client_modules.yml), and
+# nvidia_peermem (cuFile's userspace RDMA for WekaFS and Storage Scale reaches GPU memory through
+# it unless cufile.json sets rdma_peer_type dmabuf: NVIDIA/MagnumIO gds-diag checks/rdma.py).
+# Present in /sys/module when loaded (or built in).
+NETFS_CLIENT_MODULES = ("rpcrdma", "lnet", "ko2iblnd", "mmfslinux", "wekafsio", "beegfs",
+                        "scatefs", "nvidia_peermem")
 RDMA_PORTS_MAX = 64
 
 

@@ -13,7 +13,10 @@ What it does:
    test-scoped copy of the node's effective cufile.json (logging to a temporary directory at
    TRACE, cufile_stats 3, allow_compat_mode false), writes ``size`` bytes of random data from GPU
    memory with kvikio, reads them back into GPU memory, compares on the GPU, times both; cuFile's
-   log of that attempt comes back in ``cufile_log``;
+   log of that attempt comes back in ``cufile_log``, and, read while the attempt still holds
+   them open, cuFile's per-process statistics (``gds_stats -p PID -l 3``) and the modules
+   nvidia-fs registered with (/proc/driver/nvidia-fs/modules) in the attempt's ``cufile_stats``
+   and ``nvfs_modules``;
 3. snapshots the stats again; when the direct attempt failed and ``try_compat`` is set, attempt
    "ON" (POSIX through kvikio) tells whether I/O works at all;
 4. always restores rw_stats_enabled and removes the test file (unless ``keep_file``).
@@ -59,6 +62,9 @@ _cufile_json = _shared("cufile_json.py")
 _nodefs = _shared("_nodefs.py")
 free_bytes = _nodefs.free_bytes
 human_bytes = _nodefs.human_bytes
+# cuFile's per-process statistics and nvidia-fs's registered modules, read while the attempt
+# holds them open: provisioner/remote/_iostats.py.
+_iostats = _shared("_iostats.py")
 
 SCHEMA = 1
 STATS = "/proc/driver/nvidia-fs/stats"
@@ -349,6 +355,8 @@ def attempt(mode: str, file_path: str, size: int, keep: bool,
         finally:
             fh.close()
         res["read"] = _plain(read)
+        # still inside the process that holds cuFile and nvidia-fs open
+        res["cufile_stats"] = _iostats.cufile_stats(os.getpid())
         res["stage"] = "compare"
         res["verified"] = bool(cupy.array_equal(data, buf))
         if not res["verified"]:
@@ -364,6 +372,8 @@ def attempt(mode: str, file_path: str, size: int, keep: bool,
             with contextlib.suppress(OSError):
                 os.unlink(file_path)
         res["libcufile_mapped"] = mapped_libcufile()
+        # what nvidia-fs registered with, probed when cuFile opened it (also after a refusal)
+        res["nvfs_modules"] = _iostats.nvfs_modules()
     return res
 
 

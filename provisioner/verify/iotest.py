@@ -13,7 +13,10 @@ Path decision (docs/checks.md, ``io.direct_path``):
     the test's own bytes (whole MiB, rounded down as the driver does). A delta of ``n`` alone, or
     one smaller than the test, proves nothing (another GDS job may have moved it);
   - ``cufile_log``: the test-scoped cuFile log (``CUFILE_ENV_PATH_JSON``) shows per-I/O direct
-    markers and no compat line (the proof on p2pdma, corroboration on nvfs).
+    markers and no compat line (the proof on p2pdma, corroboration on nvfs);
+  - ``cufile_stats``: on WekaFS and IBM Storage Scale, whose I/O nvidia-fs never counts, cuFile's
+    own per-process statistics cover the test's reads with no POSIX request (and its writes when
+    the filesystem's write key is true): :mod:`provisioner.verify.iostats`.
 
   Setting compat mode off (the former ``compat_off`` proof) is recorded as
   ``evidence.fallback_disabled`` but proves nothing by itself. An I/O size under
@@ -38,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from provisioner.remote import load_script
+from provisioner.verify import iostats
 from provisioner.verify.model import (
     MIN_PROVABLE_IO_BYTES,
     PATH_COMPAT,
@@ -139,7 +143,8 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
                 route: str | None = None,
                 runtime: dict[str, Any] | None = None,
                 library_path: str | None = None,
-                operator: bool = False) -> tuple[IoTestResult, str]:
+                operator: bool = False,
+                netfs: dict[str, Any] | None = None) -> tuple[IoTestResult, str]:
     """Run the remote script with the verification runtime's interpreter (``runtime``: the
     gather's ``verify_runtime`` facts; see :func:`choose_interpreter`); return the evaluated
     result and the raw output. Node-side failures become a ``failed``/``skipped`` result;
@@ -175,7 +180,8 @@ def run_io_test(runner: CommandRunner, options: IoTestOptions, path: str, *,
                          duration_s=time.monotonic() - started),
             raw,
         )
-    result = with_interpreter(evaluate(doc, route=route, operator=operator), interp)
+    result = with_interpreter(evaluate(doc, route=route, operator=operator, netfs=netfs),
+                              interp)
     return with_requested_path(result, path), raw
 
 
@@ -457,7 +463,7 @@ def _workload_verdict(lib: dict[str, Any], ran: bool, actual: str,
 
 def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route: str | None,
                   delta: dict[str, float] | None, rw_on: bool, evidence: dict[str, Any],
-                  common: dict[str, Any]) -> IoTestResult:
+                  common: dict[str, Any], fs: dict[str, Any] | None = None) -> IoTestResult:
     """The direct attempt moved and verified the data: which evidence proves it went direct?"""
     wg = _gbps(size, direct.get("write_s"))
     rg = _gbps(size, direct.get("read_s"))
@@ -496,6 +502,10 @@ def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route:
         line = log.compat_lines[0].render()
         return result(PATH_COMPAT, "I/O succeeded, but cuFile's own log says it served it "
                       f"through POSIX (compat mode): {line}")
+    if fs is not None and fs.get("rdma") == "userspace":
+        # WekaFS, Storage Scale: nvidia-fs's counters never move; cuFile's own statistics prove
+        # the reads, the filesystem's write key decides the writes (provisioner/verify/iostats.py)
+        return result(*iostats.judge_without_counters(evidence.get("cufile_stats"), size, fs))
 
     ok, why = _counter_proof(delta, size)
     counters_observable = rw_on and ok is not None
@@ -540,11 +550,13 @@ def _judge_direct(doc: dict[str, Any], direct: dict[str, Any], size: int, route:
                   "proof")
 
 
-def evaluate(doc: dict[str, Any], *, route: str | None = None,
-             operator: bool = False) -> IoTestResult:
+def evaluate(doc: dict[str, Any], *, route: str | None = None, operator: bool = False,
+             netfs: dict[str, Any] | None = None) -> IoTestResult:
     """Decide the path taken from the remote script's document (pure). ``operator``: a GPU
     Operator-managed node, whose workloads bring their own cuFile (no host libcufile): the
-    cuFile the test ran with is the one judged (``libcufile.judged`` "workload")."""
+    cuFile the test ran with is the one judged (``libcufile.judged`` "workload"). ``netfs``:
+    the network filesystem the test wrote on (:func:`provisioner.verify.iostats.netfs_context`;
+    None for a local one)."""
     # a node's document: every field may be of any type (fuzzed in tests/faults/test_fuzz.py)
     raw_attempts = doc.get("attempts")
     attempts = [a for a in raw_attempts if isinstance(a, dict)] if isinstance(
@@ -582,6 +594,10 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None,
         "cufile_log": None,
         "bytes_needed_mib": size // MIB,
         "libcufile": libcufile_evidence(doc, attempts),
+        # read by the direct attempt while it held cuFile and nvidia-fs open
+        "cufile_stats": iostats.attempt_stats(direct),
+        "nvfs_modules": iostats.parse_modules((direct or {}).get("nvfs_modules")),
+        "netfs": netfs,
     }
     if evidence["libcufile"] is not None:
         evidence["libcufile"]["judged"] = "workload" if operator else "host"
@@ -600,7 +616,8 @@ def evaluate(doc: dict[str, Any], *, route: str | None = None,
                             **common)
 
     if direct and direct.get("ok") and direct.get("verified"):
-        return _judge_direct(doc, direct, size, route, delta_direct, rw_on, evidence, common)
+        return _judge_direct(doc, direct, size, route, delta_direct, rw_on, evidence, common,
+                             netfs)
 
     if direct and direct.get("ok") is False and direct.get("stage") == "compare":
         return IoTestResult(path_taken=PATH_FAILED, verified=False,

@@ -34,7 +34,10 @@ PATHS = (PATH_DIRECT, PATH_COMPAT, PATH_FAILED, PATH_SKIPPED)
 # also when an old ledger record carries them.
 PROOF_NVFS_COUNTERS = "nvfs_counters"
 PROOF_CUFILE_LOG = "cufile_log"
-PROOF_KINDS = (PROOF_NVFS_COUNTERS, PROOF_CUFILE_LOG)
+# cuFile's own per-process statistics (gds_stats): WekaFS and Storage Scale, whose I/O nvidia-fs
+# never counts (provisioner/verify/iostats.py)
+PROOF_CUFILE_STATS = "cufile_stats"
+PROOF_KINDS = (PROOF_NVFS_COUNTERS, PROOF_CUFILE_LOG, PROOF_CUFILE_STATS)
 
 GIB = 1 << 30
 # The smallest I/O test that can prove the direct path: nvidia-fs counts whole MiB

@@ -1,9 +1,14 @@
-"""Network filesystems GDS reaches through nvidia-fs and an RDMA NIC: which ``gdscheck -p``
-DRIVER CONFIGURATION line speaks for each mount type, and what each needs before cuFile takes
-the direct path on it (anything less is compat mode: POSIX through the page cache).
+"""Network filesystems GDS reaches, and what each needs before cuFile takes the direct path on
+it (anything less is compat mode: POSIX through the page cache).
+
+The facts are one table in the collection, ``plugins/module_utils/netfs_caps.json``, and the
+rules that read it ``plugins/module_utils/netfs_rules.py`` (shared with playbooks/verify.yml's
+``gdsfleet.gds.netfs_prerequisites`` filter and the roles): NFS over RDMA, Lustre, BeeGFS and
+ScaTeFS use kernel RDMA through nvidia-fs; WekaFS and IBM Storage Scale cuFile's userspace RDMA;
+virtiofs the P2PDMA route. This module adapts them to verify's facts.
 
 The mount types are the kernel's (``/proc/mounts`` field 3); the gdscheck line names are the
-ones GDS prints (tests/fixtures/gdscheck/netfs-*.yml carry real captures with them).
+ones GDS prints (tests/fixtures/gdscheck/ carries real captures with them).
 """
 
 from __future__ import annotations
@@ -12,84 +17,65 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner import collection_utils
+
+rules = collection_utils.load("netfs_rules.py")
+
 
 @dataclass(frozen=True)
 class NetFs:
     name: str  # what the operator calls it
-    gdscheck_line: str  # the DRIVER CONFIGURATION key in gdscheck -p
+    gdscheck_line: str  # the first DRIVER CONFIGURATION key in gdscheck -p that speaks for it
     fix: str  # the step that makes GDS support it
     # the kernel module of its GDS client: the one nvidia-fs registers with (NVIDIA/gds-nvidia-fs
-    # src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, v2.28.4; tests/fixtures/netfs/nvfs_client_modules.yml)
+    # src/nvfs-dma.h NVFS_PROC_MOD_*_KEY; tests/fixtures/netfs/nvfs_client_modules.yml)
     client_module: str = ""
     cufile_section: str = ""  # its section under cufile.json's fs
+    rdma: str = "kernel"  # kernel | userspace | none (netfs_caps.json)
+    route: str = "nvfs"  # nvfs | p2pdma
+    nvfs_counters: bool = True  # nvidia-fs's counters move with its I/O
+    write_key: str = ""  # the cufile.json key that sends its writes over GDS ("" : always)
 
 
-NETWORK_FILESYSTEMS: dict[str, NetFs] = {
-    "nfs": NetFs("NFS over RDMA", "NFS",
-                 "mount it with proto=rdma,port=20049 (gdsfleet.gds.netfs) on the DOCA/MLNX "
-                 "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)",
-                 client_module="rpcrdma", cufile_section="nfs"),
-    "nfs4": NetFs("NFS over RDMA", "NFS",
-                  "mount it with proto=rdma,port=20049 (gdsfleet.gds.netfs) on the DOCA/MLNX "
-                  "NFS-RDMA client (mlnx-nfsrdma-dkms, gdsfleet.gds.mofed)",
-                  client_module="rpcrdma", cufile_section="nfs"),
-    "lustre": NetFs("DDN EXAScaler (Lustre)", "DDN EXAScaler",
-                    "install DDN's EXAScaler client built with GDS support and LNet over o2ib "
-                    "(DDN's EXAScaler client guide)",
-                    client_module="lnet", cufile_section="lustre"),
-    "gpfs": NetFs("IBM Storage Scale", "IBM Spectrum Scale",
-                  "enable Storage Scale's GDS support (mmchconfig verbsRdma=enable, verbsPorts, "
-                  "verbsGPUDirectStorage=yes; IBM's GDS guide)",
-                  client_module="mmfslinux", cufile_section="gpfs"),
-    "wekafs": NetFs("WekaFS", "WekaFS",
-                    "mount WekaFS with its GDS-capable client over the RDMA NIC (WEKA's GDS "
-                    "guide)",
-                    client_module="wekafsio", cufile_section="weka"),
-    "beegfs": NetFs("BeeGFS", "BeeGFS",
-                    "rebuild the BeeGFS client with GDS (beegfs-client-autobuild.conf "
-                    "NVFS_INCLUDE_PATH, OFED_INCLUDE_PATH, NVIDIA_INCLUDE_PATH; BeeGFS's GDS "
-                    "documentation)",
-                    client_module="beegfs", cufile_section="beegfs"),
-}
+def _netfs(e: dict[str, Any]) -> NetFs:
+    return NetFs(e["name"], e["gdscheck_lines"][0], e["fix"], e.get("client_module") or "",
+                 e.get("cufile_section") or "", e["rdma"], e["route"], bool(e["nvfs_counters"]),
+                 e.get("write_key") or "")
+
+
+# every mount type the table knows -> its filesystem (nfs and nfs4 share one entry)
+NETWORK_FILESYSTEMS: dict[str, NetFs] = {t: _netfs(rules.filesystems()[name])
+                                         for t, name in rules.mount_types().items()}
 
 
 def is_network(fstype: str) -> bool:
     return fstype in NETWORK_FILESYSTEMS
 
 
-def nfs_transport(options: list[str]) -> str:
-    """``proto=`` of an NFS mount (rdma, tcp, rdma6, tcp6...); tcp when absent (the default)."""
-    for o in options:
-        if o.startswith("proto="):
-            return o.split("=", 1)[1][:16]
-    return "tcp"
+nfs_transport = rules.nfs_transport
 
 
-def _driver(gdscheck_parsed: dict[str, Any] | None) -> dict[str, str]:
-    drv = (gdscheck_parsed or {}).get("driver") or {}
+def driver(gdscheck_parsed: dict[str, Any] | None) -> dict[str, str] | None:
+    """gdscheck's DRIVER CONFIGURATION (keys lower case) from the parsed facts; None when the
+    node gave no gdscheck output."""
+    if gdscheck_parsed is None:
+        return None
+    drv = gdscheck_parsed.get("driver") or {}
     return {str(k).strip().lower(): str(v) for k, v in drv.items()}
 
 
-def line_supported(value: str | None) -> bool:
-    """``Supported`` (up to 1.15) or a mode list with a direct token (1.16+: ``nvfs, compat``)."""
-    if value is None:
-        return False
-    toks = {t.strip().lower() for t in value.split(",")}
-    return "supported" in toks or "nvfs" in toks
+def line_supported(fstype: str, value: str | None) -> bool:
+    """A line value names one of the filesystem's direct modes: ``Supported`` (up to 1.15), or
+    1.16+'s mode list with its token (``nvfs``; ``dmabuf`` / ``nvidia_peermem`` for WekaFS and
+    Storage Scale; ``p2pdma`` / ``c2c`` for virtiofs)."""
+    e = rules.entry(fstype)
+    return bool(e) and bool(set(e["direct_tokens"]) & set(rules.mode_tokens(value)))
 
 
 def rdma_state(gdscheck_parsed: dict[str, Any] | None) -> dict[str, Any]:
     """The ``--rdma library`` and ``--rdma_device_status`` lines: library loaded, devices up."""
-    drv = _driver(gdscheck_parsed)
-    lib = drv.get("--rdma library")
-    status = drv.get("--rdma_device_status") or ""
-    up = 0
-    for part in status.replace(",", " ").split("Down")[0].split():
-        if part.isdigit():
-            up = int(part)
-    return {"library": lib, "library_loaded": (lib or "").lower().startswith("loaded"),
-            "devices": drv.get("--rdma devices"), "device_status": status or None,
-            "devices_up": up}
+    state: dict[str, Any] = rules.rdma_state(driver(gdscheck_parsed))
+    return state
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -125,74 +111,27 @@ def parse_rdma_ports(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def node_evidence(facts: dict[str, Any]) -> dict[str, Any]:
-    """What :func:`prerequisites` reads of the node without gdscheck, from its facts."""
+    """What :func:`prerequisites` reads of the node itself, from its facts (the rules' ``node``:
+    netfs_rules.prerequisites)."""
     cf = facts.get("cufile") or {}
-    return {**(facts.get("netfs") or {}),
+    nf = facts.get("netfs") or {}
+    ks = facts.get("kallsyms") or {}
+    mods = nf.get("client_modules")
+    return {**nf,
             "rdma_dev_addr_list": cf.get("rdma_dev_addr_list"),
             "fs_rdma_dev_addr_list": cf.get("fs_rdma_dev_addr_list") or {},
+            "symbols": list(ks.get("symbols") or []) if ks.get("readable") else None,
+            "peermem_loaded": None if mods is None else "nvidia_peermem" in mods,
+            "rdma_peer_type": (cf.get("netfs_keys") or {}).get("properties.rdma_peer_type"),
+            "cufile_keys": cf.get("netfs_keys") or {},
             "operator": bool((facts.get("operator") or {}).get("managed"))}
-
-
-def _without_gdscheck(fs: NetFs, node: dict[str, Any]) -> list[str]:
-    """Without gdscheck on a GPU Operator node (the operator puts none on the host): what the
-    node itself shows, the same prerequisites gdscheck's lines stand for. The I/O test's
-    nvidia-fs counters are then the proof that cuFile took the direct path."""
-    missing: list[str] = []
-    if not node.get("operator"):
-        # a host install has gds-tools (gdsfleet.gds.cuda): its gdscheck is the judge
-        missing.append(f"no gdscheck -p output to show {fs.gdscheck_line} support (install "
-                       "gds-tools-X-Y: gdsfleet.gds.cuda)")
-        return missing
-    mods = node.get("client_modules")
-    if mods is None:
-        missing.append(f"no gdscheck -p output to show {fs.gdscheck_line} support, and the "
-                       "node's kernel modules were not read")
-        return missing
-    if fs.client_module not in mods:
-        missing.append(f"the {fs.name} client's kernel module {fs.client_module} is not loaded "
-                       f"(nvidia-fs registers with it; load the client's GDS build: modprobe "
-                       f"{fs.client_module})")
-    addrs = node.get("rdma_dev_addr_list") or (node.get("fs_rdma_dev_addr_list") or {}).get(
-        fs.cufile_section)
-    if not addrs:
-        missing.append(f"cufile.json has no properties.rdma_dev_addr_list (nor "
-                       f"fs.{fs.cufile_section}.rdma_dev_addr_list): cuFile loads its RDMA "
-                       "library only for the client NICs' addresses listed there (set "
-                       "cufile_rdma_dev_addr_list in the inventory: gdsfleet.gds.cufile)")
-    if node.get("rdma_readable") and int(node.get("rdma_active") or 0) < 1:
-        seen = ", ".join(f"{p['device']}/{p['port']} {p['state']}"
-                         for p in node.get("rdma_ports") or []) or "no RDMA device"
-        missing.append(f"no RDMA port ACTIVE (/sys/class/infiniband: {seen[:300]}; bring a "
-                       "client NIC's link up: ibstat shows its state)")
-    return missing
 
 
 def prerequisites(fstype: str, options: list[str], gdscheck_parsed: dict[str, Any] | None,
                   nvfs_loaded: bool, node: dict[str, Any] | None = None) -> list[str]:
-    """What is missing for GDS on this network mount (empty: nothing). ``node``: what the
-    node shows without gdscheck (client_modules, rdma_readable, rdma_ports, rdma_active,
-    rdma_dev_addr_list), judged only when there is no gdscheck output."""
-    fs = NETWORK_FILESYSTEMS[fstype]
-    missing: list[str] = []
-    if fstype in ("nfs", "nfs4"):
-        proto = nfs_transport(options)
-        if not proto.startswith("rdma"):
-            missing.append(f"the NFS mount is over {proto.upper()} (proto={proto}), not RDMA: "
-                           "GDS reaches NFS only over RDMA, over TCP cuFile runs in compat mode")
-    if gdscheck_parsed is None:
-        missing += _without_gdscheck(fs, node or {})
-    else:
-        value = _driver(gdscheck_parsed).get(fs.gdscheck_line.lower())
-        if not line_supported(value):
-            missing.append(f"gdscheck says {fs.gdscheck_line} : {value or 'absent'}")
-        rdma = rdma_state(gdscheck_parsed)
-        if not rdma["library_loaded"]:
-            missing.append(f"the cuFile RDMA library is not loaded (--rdma library : "
-                           f"{rdma['library'] or 'absent'}): set properties.rdma_dev_addr_list "
-                           "in cufile.json to the client NICs' addresses")
-        if rdma["devices_up"] < 1:
-            missing.append(f"no RDMA device up (--rdma_device_status : "
-                           f"{rdma['device_status'] or 'absent'})")
-    if not nvfs_loaded:
-        missing.append("nvidia-fs is not loaded (gdsfleet.gds.nvidia_fs)")
+    """What is missing for GDS on this network mount (empty: nothing): the shared rule
+    (plugins/module_utils/netfs_rules.py) on gdscheck's DRIVER CONFIGURATION, or, without
+    gdscheck on a GPU Operator node, on what the node shows itself."""
+    missing: list[str] = rules.prerequisites(fstype, options, driver(gdscheck_parsed),
+                                             nvfs_loaded, node or {})
     return missing

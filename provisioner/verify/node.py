@@ -14,7 +14,7 @@ from provisioner.remote import load_script
 from provisioner.sanitize import MAX_ITEM_CHARS, clip, human_bytes
 from provisioner.verify import checks as checks_mod
 from provisioner.verify import gdsio as gdsio_mod
-from provisioner.verify import iotest
+from provisioner.verify import iostats, iotest
 from provisioner.verify.facts import build_facts, raw_outputs
 from provisioner.verify.model import (
     FAIL,
@@ -161,7 +161,8 @@ def verify_node(runner: CommandRunner, name: str, policy: Policy, io: IoTestOpti
                 runner, io_opts, io_path, route=route, runtime=facts.get("verify_runtime"),
                 library_path=iotest.operator_library_path(
                     op.get("driver_root") if op.get("managed") else None),
-                operator=bool(op.get("managed")))
+                operator=bool(op.get("managed")),
+                netfs=iostats.netfs_context(facts, io_path))
             raw["io_test"] = io_raw[-20000:]
         gdsio_result: GdsioResult | None = None
         gdsio_check: CheckResult | None = None

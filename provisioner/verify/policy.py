@@ -6,8 +6,9 @@ min_nvfs_version: "2.17.5"    # the nvidia-fs module version (not the GDS releas
 require_allow_compat_false: true
 io_test_size: 1GiB            # bytes, or a size with a unit (KiB, MiB, GiB, K, M, G)
 allowed_filesystems: [xfs, ext4]
-network_filesystems: [nfs, nfs4, lustre, gpfs, wekafs, beegfs]  # judged on their own
-                              # prerequisites (NFS only over RDMA); [] refuses them all
+network_filesystems: [nfs, nfs4, lustre, gpfs, mmfs, wekafs, beegfs, fhgfs, scatefs,
+                      virtiofs]  # judged on their own prerequisites (NFS only over RDMA;
+                              # plugins/module_utils/netfs_caps.json); [] refuses them all
 iommu: warn                   # warn | fail
 min_write_gbps: null          # GB/s (decimal); null = no floor
 min_read_gbps: null
@@ -56,8 +57,9 @@ class Policy:
     require_allow_compat_false: bool = True
     io_test_size: int = GIB
     allowed_filesystems: tuple[str, ...] = ("xfs", "ext4")
-    network_filesystems: tuple[str, ...] = ("nfs", "nfs4", "lustre", "gpfs", "wekafs",
-                                            "beegfs")
+    # every mount type of plugins/module_utils/netfs_caps.json
+    network_filesystems: tuple[str, ...] = ("nfs", "nfs4", "lustre", "gpfs", "mmfs", "wekafs",
+                                            "beegfs", "fhgfs", "scatefs", "virtiofs")
     iommu: str = "warn"
     min_write_gbps: float | None = None
     min_read_gbps: float | None = None

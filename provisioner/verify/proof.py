@@ -11,7 +11,9 @@ it claims can exist on that node:
   ``p2pdma_pgmap_ops`` or ``pci_p2pdma_add_resource``, cufile.json
   ``properties.use_pci_p2pdma`` true and ``block.nvme.use_pci_p2pdma`` not false:
   :func:`provisioner.verify.checks.route_evidence`);
-* ``cufile_log`` with nvidia-fs markers: nvidia-fs is loaded.
+* ``cufile_log`` with nvidia-fs markers: nvidia-fs is loaded;
+* ``cufile_stats`` (WekaFS, Storage Scale): nvidia-fs is loaded (their GDS client needs it:
+  provisioner/verify/netfs.py).
 
 This is the one place the rule lives: ``verify`` applies it to every node (io.direct_path and
 compliance, :func:`provisioner.verify.checks.evaluate`), and ``export``/``status`` apply it
@@ -27,6 +29,7 @@ from provisioner.verify.checks.evidence import route_evidence
 from provisioner.verify.model import (
     PATH_DIRECT,
     PROOF_CUFILE_LOG,
+    PROOF_CUFILE_STATS,
     PROOF_KINDS,
     PROOF_NVFS_COUNTERS,
     IoTestResult,
@@ -53,6 +56,9 @@ def disagreement(io: IoTestResult, facts: Mapping[str, Any]) -> str | None:
         why.append("the gather saw no NVIDIA GPU (driver not loaded, no GPU listed)")
     if proof == PROOF_NVFS_COUNTERS and not _nvfs_loaded(facts):
         why.append("nvidia-fs counters moved but the gather found nvidia-fs not loaded")
+    if proof == PROOF_CUFILE_STATS and not _nvfs_loaded(facts):
+        why.append("cuFile's statistics show direct I/O but the gather found nvidia-fs not "
+                   "loaded")
     if proof == PROOF_CUFILE_LOG:
         log = io.evidence.get("cufile_log") or {}
         mode = log.get("mode") if isinstance(log, Mapping) else None

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.verify import checks, iotest
+from provisioner.verify import checks, iostats, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
 from provisioner.verify.policy import Policy
@@ -122,7 +122,8 @@ def run(profile: dict[str, Any], *, with_playbook: bool = True) -> Outcome:
         facts = build_facts(doc)
         route = checks.determine_route(facts)
         io = iotest.evaluate(simnode.io_document(profile, m), route=route,
-                             operator=bool((facts.get("operator") or {}).get("managed")))
+                             operator=bool((facts.get("operator") or {}).get("managed")),
+                             netfs=iostats.netfs_context(facts, "/mnt/gds"))
         inv = inventory(profile, m)
         policy = Policy(expected_route=inv["gds_route"])
         route, results, compliant = checks.evaluate(facts, io, policy, route=route,
@@ -157,8 +158,22 @@ def render(all_profiles: list[dict[str, Any]]) -> str:
             f"`{p['id']}`", ax["deployment"], ax["os"], ax["arch"], ax["route"], _cell(ax["cuda"]),
             ax["driver"], _cell(ax.get("nvidia_fs")), ax["nvme_registration"], ax["storage"],
             _cell(ax["kernel"]), verdict, fails]) + " |")
-    lines += ["", END]
+    lines += ["", *render_sources(all_profiles), END]
     return "\n".join(lines)
+
+
+def render_sources(all_profiles: list[dict[str, Any]]) -> list[str]:
+    """Where each profile's simulated state comes from: how many states cite a capture
+    (``sources``) and, in full, what none shows (``assumption``; tests/conformance/README.md)."""
+    lines = ["Where each profile's simulated state comes from: `sources` cites captures (NVIDIA's "
+             "samples, gds-diag, upstream issues, docs/evidence), `assumption` says what no "
+             "capture shows; \"not stated\" is a profile built only from the axes' rules.", "",
+             "| profile | cited | assumption |", "|---|---|---|"]
+    for p in all_profiles:
+        cited = len(p.get("sources") or [])
+        assumption = " ".join(str(p.get("assumption") or "-").split()).replace("|", "\\|")
+        lines.append(f"| `{p['id']}` | {cited or 'not stated'} | {assumption} |")
+    return [*lines, ""]
 
 
 def current_section(text: str) -> str | None:

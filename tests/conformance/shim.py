@@ -106,7 +106,8 @@ def _pkg_lines(fmt_rpm: bool) -> str:
 
 # the node model's keys for gdscheck's --rdma lines (DRIVER CONFIGURATION, after the
 # filesystems' lines: tests/fixtures/gdscheck/netfs-gds-1.10.0.4_nfs-supported.yml)
-_RDMA_LINES = (("rdma_library", "--rdma library"), ("rdma_devices", "--rdma devices"),
+_RDMA_LINES = (("peerdirect", "--Mellanox PeerDirect"), ("dmabuf", "--DmaBuf support"),
+               ("rdma_library", "--rdma library"), ("rdma_devices", "--rdma devices"),
                ("rdma_device_status", "--rdma_device_status"))
 
 
@@ -132,6 +133,7 @@ def _gdscheck() -> str:
                 f"nvidia_fs minimum version: 2.12\nPlatform: {arch}\n============\n"
                 "ENVIRONMENT:\n============\n=====================\nDRIVER CONFIGURATION:\n"
                 f"=====================\nNVMe : {nvme}\nNVMeOF : {of}\nSCSI : compat\n"
+                + _gdscheck_netfs(g) +
                 f"=========\nGPU INFO:\n=========\nGPU index 0 {gpu} bar:1 bar "
                 "size (MiB):131072 supports GDS, IOMMU State: Disabled\n==============\n"
                 "PLATFORM INFO:\n==============\nIOMMU: disabled\n"

@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from provisioner import collection_utils
 from provisioner.remote import load_script
 from tests.unit import nodefacts as nf
+
+_netfs_rules = collection_utils.load("netfs_rules.py")
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "shim.py"
@@ -53,13 +56,17 @@ NVME_V1, NVME_V2 = "nvme_v1_register_nvfs_dma_ops", "nvme_v2_register_nvfs_dma_o
 NVME_RDMA = "nvme_rdma_v1_register_nvfs_dma_ops"
 # storage axis values that are network filesystems (provisioner/verify/netfs.py): no NVMe under
 # the mount; the profile's node.netfs_mount says what is mounted (fstype, source, options)
-NETFS = ("nfs-rdma", "nfs-tcp", "lustre", "gpfs", "wekafs", "beegfs")
+NETFS = ("nfs-rdma", "nfs-tcp", "lustre", "gpfs", "wekafs", "beegfs", "virtiofs")
 NETFS_DEVNO = "0:50"
-# the kernel module of each network filesystem's GDS client, the one nvidia-fs registers with
-# (NVIDIA/gds-nvidia-fs src/nvfs-dma.h NVFS_PROC_MOD_*_KEY, tag v2.28.4; a loaded module shows
-# as /sys/module/NAME); the RDMA port a netfs node has up unless its profile says otherwise
-NETFS_CLIENT_MODULE = {"nfs": "rpcrdma", "nfs4": "rpcrdma", "lustre": "lnet", "gpfs": "mmfslinux",
-                       "wekafs": "wekafsio", "beegfs": "beegfs"}
+# the kernel module of each network filesystem's GDS client, the one nvidia-fs registers with, and
+# the registration symbol it exports: the one table plugins/module_utils/netfs_caps.json (from
+# NVIDIA/gds-nvidia-fs src/nvfs-dma.c modules_list at v2.28.4; a loaded module shows as
+# /sys/module/NAME, a client built with GDS exports its symbol; node.netfs_client_symbols
+# replaces the list: an rpcrdma without it is []); the RDMA port a netfs node has up unless its
+# profile says otherwise
+NETFS_CLIENT_MODULE = {t: _netfs_rules.entry(t)["client_module"]
+                       for t in _netfs_rules.mount_types()
+                       if _netfs_rules.entry(t)["client_module"]}
 NETFS_RDMA_PORTS = {"mlx5_0/1": "4: ACTIVE"}
 NETFS_RDMA_ADDRS = ["192.0.2.10"]  # TEST-NET-1: the client NIC cufile.json names
 # per-mount (VFS) flags: mountinfo's field 6; everything else is the superblock's
@@ -174,6 +181,12 @@ def model(profile: dict[str, Any]) -> dict[str, Any]:
     net_fstype = str((over.get("netfs_mount") or {}).get("fstype")) if storage in NETFS else ""
     client_modules = over.get("netfs_client_modules", [NETFS_CLIENT_MODULE[net_fstype]]
                               if net_fstype in NETFS_CLIENT_MODULE else [])
+    cap = _netfs_rules.entry(net_fstype) if net_fstype else None
+    client_symbols = over.get("netfs_client_symbols", [cap["registration_symbol"]] if (
+        cap and cap.get("registration_symbol") and cap.get("client_module") in client_modules)
+        else [])
+    kallsyms += [f"ffffffffc0d1{i:04x} T {s}\t[{cap['client_module'] if cap else 'x'}]"
+                 for i, s in enumerate(client_symbols)]
     rdma_ports = over.get("rdma_ports", NETFS_RDMA_PORTS if storage in NETFS else {})
     rdma_addrs = over.get("rdma_dev_addr_list", NETFS_RDMA_ADDRS if storage in NETFS else [])
     cufile_json = over.get("cufile_json")
@@ -372,7 +385,8 @@ WHEEL = "/opt/gdsfleet/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcufi
 def io_document(profile: dict[str, Any], m: dict[str, Any]) -> dict[str, Any]:
     """What the node's I/O test reports (the document provisioner/remote/iotest.py prints),
     for the profile's ``io`` outcome: direct-nvfs (nvidia-fs counters cover the bytes),
-    direct-p2pdma (cuFile's log shows P2PDMA I/O), compat (direct refused, POSIX works),
+    direct-p2pdma (cuFile's log shows P2PDMA I/O), direct-cufile-stats (WekaFS, Storage Scale:
+    cuFile's own statistics, nvidia-fs's counters still), compat (direct refused, POSIX works),
     skipped (no verification runtime). ``libcufile``: the host's library when the node has one,
     else the runtime's nvidia-cufile wheel; ``wheel`` sets the wheel's version (default: the
     host's release, as a pinned runtime has)."""
@@ -384,8 +398,17 @@ def io_document(profile: dict[str, Any], m: dict[str, Any]) -> dict[str, Any]:
         doc = nf.direct_nvfs_io()
     elif outcome == "direct-p2pdma":
         doc = nf.direct_p2pdma_io()
+    elif outcome == "direct-cufile-stats":
+        # WekaFS, Storage Scale: nvidia-fs's counters still, cuFile's own statistics count the
+        # reads; the writes through POSIX unless io.writes is direct
+        doc = nf.direct_userspace_io(writes_direct=io.get("writes") == "direct")
     else:
         doc = nf.compat_io()
+    if "nvfs_modules" in io:
+        # /proc/driver/nvidia-fs/modules as the direct attempt read it (nvfs-proc.c: "name:
+        # version"; the version column as nvidia-fs prints a module it found: an assumption)
+        doc["attempts"][0]["nvfs_modules"] = "".join(f"{n}: (null)\n"
+                                                     for n in io["nvfs_modules"])
     host_ver = m["libcufile"].rsplit(".so.", 1)[1] if m["libcufile"] else None
     wheel_ver = io.get("wheel", f"{host_ver}.6" if host_ver else "1.15.1.6")
     used = m["libcufile"] if m["libcufile"] else WHEEL

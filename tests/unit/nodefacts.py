@@ -278,6 +278,32 @@ def direct_nvfs_io() -> dict[str, Any]:
                   after=stats(writes=1024, reads=1024, mmap=4), log=cufile_log("nvfs"))
 
 
+def gds_stats_text(*, read_mib: int = 1024, write_mib: int = 0, read_posix: int = 0,
+                   write_posix: int = 256) -> str:
+    """SYNTHETIC ``gds_stats -p PID -l 3`` output, in the layout of NVIDIA's sample
+    (tests/fixtures/gds_stats/config-guide-gdsio-read.yml): one GPU's counters."""
+    def side(mib: int, posix: int, extra: str) -> str:
+        n = max(mib // 4, posix)
+        return f"bw=1.5 util(%)=90 n={n} posix={posix} unalign=0 {extra}err=0 MiB={mib}"
+    return ("cuFile STATS VERSION : 3\nGLOBAL STATS:\nTotal Files: 1\nTotal Read Errors : 0\n"
+            f"Total Read Size (MiB): {read_mib}\nTotal Write Errors : 0\n"
+            f"Total Write Size (MiB): {write_mib}\nPER_GPU STATS:\n"
+            f"GPU 0 Read: {side(read_mib, read_posix, 'r_sparse=0 r_inline=0 ')} "
+            f"Write: {side(write_mib, write_posix, '')} BufRegister: n=2 err=0 free=0 MiB=2\n")
+
+
+def direct_userspace_io(*, writes_direct: bool = False, read_posix: int = 0) -> dict[str, Any]:
+    """SYNTHETIC direct attempt on WekaFS or Storage Scale: nvidia-fs's counters do not move
+    (NVIDIA's troubleshooting guide), cuFile's own statistics count the test's 1 GiB of reads
+    (and of writes when the filesystem's write key sends them over GDS; else POSIX writes)."""
+    att = attempt("OFF")
+    att["cufile_stats"] = {"tool": "/usr/local/cuda/gds/tools/gds_stats", "rc": 0, "err": "",
+                           "out": gds_stats_text(write_mib=1024 if writes_direct else 0,
+                                                 write_posix=0 if writes_direct else 256,
+                                                 read_posix=read_posix)}
+    return io_doc(attempts=[att], before=stats(mmap=3), after=stats(mmap=4))
+
+
 def direct_p2pdma_io() -> dict[str, Any]:
     return io_doc(attempts=[attempt("OFF", gds_available=False)], log=cufile_log("p2pdma"))
 

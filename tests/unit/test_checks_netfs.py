@@ -27,7 +27,8 @@ from tests.unit.test_checks import failing, run
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "gdscheck"
 
-RDMA_OK = (" --rdma library        : Loaded (libcufile_rdma.so)\n"
+RDMA_OK = (" --Mellanox PeerDirect : Enabled\n"
+           " --rdma library        : Loaded (libcufile_rdma.so)\n"
            " --rdma devices        : Configured\n"
            " --rdma_device_status  : Up: 2 Down: 0\n")
 RDMA_OFF = (" --rdma library        : Not Loaded (libcufile_rdma.so)\n"
@@ -93,16 +94,25 @@ def test_each_filesystem_needs_its_own_gdscheck_line(fstype: str, line: str, sou
     assert f"{line} : Unsupported" in by_id["fs.mount.type"].message
 
 
-def test_rdma_library_and_device_and_nvidia_fs_are_required() -> None:
+def test_nfs_needs_nvidia_fs_but_no_cufile_rdma_library() -> None:
+    """NFS over RDMA is kernel RDMA through nvidia-fs (issue 43 item 1): the cuFile RDMA
+    library and its device count do not matter, nvidia-fs does."""
     doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"}, rdma=RDMA_OFF)
-    _, by_id, _, _ = run(doc, nf.direct_nvfs_io())
-    msg = by_id["fs.mount.type"].message
-    assert "RDMA library is not loaded" in msg and "rdma_dev_addr_list" in msg
-    assert "no RDMA device up" in msg
+    _, by_id, compliant, _ = run(doc, nf.direct_nvfs_io())
+    assert by_id["fs.mount.type"].status == "pass" and compliant, by_id["fs.mount.type"]
     doc = netfs_doc("nfs", NFS_RDMA, "10.0.0.5:/export", {"NFS": "Supported"},
                     nvfs_loaded=False)
     _, by_id, _, _ = run(doc, nf.direct_nvfs_io())
     assert "nvidia-fs is not loaded" in by_id["fs.mount.type"].message
+
+
+def test_wekafs_needs_the_cufile_rdma_library_and_a_device() -> None:
+    doc = netfs_doc("wekafs", "rw,relatime", "wekafs/default", {"WekaFS": "Supported"},
+                    rdma=RDMA_OFF)
+    _, by_id, compliant, _ = run(doc, nf.direct_nvfs_io())
+    msg = by_id["fs.mount.type"].message
+    assert not compliant and "RDMA library is not loaded" in msg and "rdma_dev_addr_list" in msg
+    assert "no RDMA device up" in msg
 
 
 def test_policy_can_refuse_network_filesystems() -> None:
@@ -113,23 +123,22 @@ def test_policy_can_refuse_network_filesystems() -> None:
 
 
 def test_real_capture_nfs_supported_but_rdma_not_loaded() -> None:
+    """pg-strom's capture (GDS 1.10): NFS Supported with the cuFile RDMA library not loaded is
+    ready for NFS over RDMA (kernel RDMA: the library serves WekaFS and Storage Scale)."""
     fx = yaml.safe_load((FIX / "netfs-gds-1.10.0.4_nfs-supported.yml").read_text())
     parsed = gdscheck.parse("\n".join(fx["output"]) + "\n").to_dict()
-    missing = netfs.prerequisites("nfs", ["proto=rdma"], parsed, nvfs_loaded=True)
-    assert not any("gdscheck says NFS" in m for m in missing)
-    assert any("RDMA library is not loaded" in m for m in missing)
-    assert any("no RDMA device up" in m for m in missing)
+    assert netfs.prerequisites("nfs", ["proto=rdma"], parsed, nvfs_loaded=True) == []
     beegfs = netfs.prerequisites("beegfs", [], parsed, True)
-    assert beegfs[0] == "gdscheck says BeeGFS : Unsupported"
+    assert beegfs == ["gdscheck says BeeGFS : Unsupported"]
 
 
 @settings(max_examples=60, derandomize=True, deadline=None)
 @given(st.text(max_size=300), st.lists(st.text(max_size=30), max_size=6))
 def test_prerequisites_never_raise_on_hostile_input(text: str, opts: list[str]) -> None:
     parsed = gdscheck.parse(text).to_dict()
-    for fstype in netfs.NETWORK_FILESYSTEMS:
+    for fstype, fs in netfs.NETWORK_FILESYSTEMS.items():
         out = netfs.prerequisites(fstype, opts, parsed, nvfs_loaded=False)
-        assert "nvidia-fs is not loaded (gdsfleet.gds.nvidia_fs)" in out
+        assert ("nvidia-fs is not loaded (gdsfleet.gds.nvidia_fs)" in out) is (fs.route == "nvfs")
 
 
 def test_io_path_defaults_to_the_network_mount() -> None:
@@ -168,19 +177,15 @@ def test_export_env_gives_the_network_mount_like_a_local_one(
     assert "export GDSFLEET_GDS_MOUNT=/mnt/gds" in out
 
 
-def test_verify_yml_judges_the_same_network_filesystems_on_the_same_gdscheck_lines() -> None:
-    # playbooks/verify.yml keeps its own mount type -> gdscheck line table (Jinja cannot import
-    # netfs.py): it must name every type netfs.py knows, on the same DRIVER CONFIGURATION line,
-    # and its mount-type assertion must accept them
+def test_verify_yml_accepts_every_network_filesystem_of_the_table() -> None:
+    # playbooks/verify.yml asks the collection's table (gdsfleet.gds.netfs_capability) which
+    # mount types are network filesystems: no list of its own to keep equal
     root = Path(__file__).resolve().parents[2]
     play = yaml.safe_load((root / "playbooks" / "verify.yml").read_text())[0]
-    table = play["vars"]["__netfs_gdscheck_line"]
-    assert table == {k: v.gdscheck_line for k, v in netfs.NETWORK_FILESYSTEMS.items()}
     task = next(t for t in play["tasks"]
                 if t["name"] == "Assert the GDS filesystem is mounted the way GDS accepts")
     accepted = task["ansible.builtin.assert"]["that"][1]
-    for fstype in netfs.NETWORK_FILESYSTEMS:
-        assert f"'{fstype}'" in accepted, fstype
+    assert "gdsfleet.gds.netfs_capability" in accepted
 
 
 @pytest.mark.parametrize(("fstype", "line", "source", "opts"), [
@@ -219,12 +224,7 @@ def test_client_modules_are_the_ones_nvidia_fs_registers_with() -> None:
     from provisioner.remote import _netfs_state
 
     fx = yaml.safe_load(NVFS_DMA_H.read_text())["client_module"]
-    assert {k: v.client_module for k, v in netfs.NETWORK_FILESYSTEMS.items()} == fx
-    root = Path(__file__).resolve().parents[2]
-    play = yaml.safe_load((root / "playbooks" / "verify.yml").read_text())[0]
-    assert play["vars"]["__netfs_client_module"] == fx
-    assert play["vars"]["__netfs_cufile_section"] == {
-        k: v.cufile_section for k, v in netfs.NETWORK_FILESYSTEMS.items()}
+    assert {k: netfs.NETWORK_FILESYSTEMS[k].client_module for k in fx} == fx
     assert set(fx.values()) <= set(_netfs_state.NETFS_CLIENT_MODULES)
 
 
@@ -237,23 +237,29 @@ def test_operator_node_without_gdscheck_is_judged_on_its_own_state() -> None:
     assert netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True, OPERATOR_NODE) == []
     for change, words in (
             ({"client_modules": []}, "kernel module rpcrdma is not loaded"),
-            ({"rdma_dev_addr_list": []}, "no properties.rdma_dev_addr_list"),
-            ({"rdma_dev_addr_list": None}, "no properties.rdma_dev_addr_list"),
             ({"rdma_active": 0, "rdma_ports": [{"device": "mlx5_0", "port": "1",
                                                  "state": "DOWN"}]}, "mlx5_0/1 DOWN"),
             ({"rdma_active": 0, "rdma_ports": []}, "no RDMA device"),
-            ({"client_modules": None}, "kernel modules were not read")):
+            ({"client_modules": None}, "kernel modules were not read"),
+            ({"symbols": ["nvme_v1_register_nvfs_dma_ops"]},
+             "does not export rpcrdma_register_nvfs_dma_ops")):
         missing = netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True,
                                       {**OPERATOR_NODE, **change})
         assert len(missing) == 1 and words in missing[0], (change, missing)
-    # a list of the filesystem's own section counts as well (fs.nfs.rdma_dev_addr_list)
-    assert netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True, {
-        **OPERATOR_NODE, "rdma_dev_addr_list": None,
-        "fs_rdma_dev_addr_list": {"nfs": ["192.0.2.11"]}}) == []
-    lustre_only = {**OPERATOR_NODE, "rdma_dev_addr_list": [], "client_modules": ["lnet"],
-                   "fs_rdma_dev_addr_list": {"nfs": ["192.0.2.11"]}}
-    assert "fs.lustre.rdma_dev_addr_list" in netfs.prerequisites("lustre", [], None, True,
-                                                                 lustre_only)[0]
+    # NFS is kernel RDMA: no client NIC in cufile.json needed (issue 43 item 1)
+    for addrs in ([], None):
+        assert netfs.prerequisites("nfs", NFS_RDMA.split(","), None, True,
+                                   {**OPERATOR_NODE, "rdma_dev_addr_list": addrs}) == []
+    # WekaFS is cuFile's userspace RDMA: its NICs (properties or its own fs.weka section) and
+    # nvidia_peermem or dmabuf
+    weka = {**OPERATOR_NODE, "client_modules": ["wekafsio", "nvidia_peermem"],
+            "peermem_loaded": True}
+    assert netfs.prerequisites("wekafs", [], None, True, weka) == []
+    no_nics = netfs.prerequisites("wekafs", [], None, True, {**weka, "rdma_dev_addr_list": []})
+    assert len(no_nics) == 1 and "fs.weka.rdma_dev_addr_list" in no_nics[0]
+    assert netfs.prerequisites("wekafs", [], None, True, {
+        **weka, "rdma_dev_addr_list": None,
+        "fs_rdma_dev_addr_list": {"weka": ["192.0.2.11"]}}) == []
     # over TCP it is compat whatever the node shows
     tcp = netfs.prerequisites("nfs", ["proto=tcp"], None, True, OPERATOR_NODE)
     assert len(tcp) == 1 and "over TCP" in tcp[0]
@@ -283,9 +289,10 @@ def test_rdma_ports_and_client_modules_bound_hostile_text(text: str, rc: int | N
         assert len(p["device"]) <= 64 and p["port"].isdigit()
         assert p["state"].replace("_", "").isalpha() and p["state"].isupper()
     assert got["rdma_active"] == sum(p["state"] == "ACTIVE" for p in got["rdma_ports"])
+    from provisioner.remote._netfs_state import NETFS_CLIENT_MODULES
+
     mods = netfs.parse_client_modules(text)
-    assert mods is not None and set(mods) <= {v.client_module for v in
-                                              netfs.NETWORK_FILESYSTEMS.values()} | {"ko2iblnd"}
+    assert mods is not None and set(mods) <= set(NETFS_CLIENT_MODULES)
 
 
 @settings(max_examples=60, derandomize=True, deadline=None)

@@ -30,7 +30,8 @@ INFRA = {"__init__", "registry", "evidence"}
 REPORT_ORDER = [
     "gpu.driver.loaded", "gpu.driver.open", "gpu.present", "gpu.driver.version",
     "kernel.version",
-    "nvfs.module.loaded", "nvfs.version", "nvfs.nvme.patched", "nvfs.persist", "nvfs.dkms",
+    "nvfs.module.loaded", "nvfs.version", "nvfs.nvme.patched", "nvfs.registered", "nvfs.persist",
+    "nvfs.dkms",
     "mofed.installed", "nvfs.dkms.boot_kernel",
     "p2pdma.kernel", "p2pdma.nvme_multipath", "p2pdma.nvidia_registry",
     "p2pdma.modprobe_config", "p2pdma.cufile",

@@ -1,9 +1,11 @@
 """The role gdsfleet.gds.cufile takes the client RDMA NICs from cufile_rdma_dev_addr_list and
-refuses, before any change, an inventory that puts GDS on a network filesystem with no client
-NIC for cuFile (its RDMA library loads only for properties.rdma_dev_addr_list, so every read
-would run in compat mode), a list that disagrees with cufile_config's, and an address that is
-not IPv4. The role runs for real with ansible-playbook over several hosts at once (connection
-local), each writing its cufile.json under a temporary directory."""
+refuses, before any change, an inventory that puts GDS on WekaFS or Storage Scale (cuFile's
+userspace RDMA: plugins/module_utils/netfs_caps.json) with no client NIC for cuFile, a list that
+disagrees with cufile_config's, and an address that is not IPv4. NFS, Lustre and BeeGFS are
+kernel RDMA through nvidia-fs and need no client NIC (issue 43 item 1: NVIDIA's GDS README
+sample shows NFS Supported with the cuFile RDMA library not loaded). The role runs for real
+with ansible-playbook over several hosts at once (connection local), each writing its
+cufile.json under a temporary directory."""
 
 from __future__ import annotations
 
@@ -31,11 +33,18 @@ HOSTS: dict[str, dict[str, Any]] = {
     "lustre_without_nics": {"netfs_lustre_mounts": [{"path": "/mnt/exa",
                                                      "source": "10.0.0.1@o2ib:/fs0"}]},
     "beegfs_without_nics": {"netfs_beegfs_gds": True},
+    "weka_without_nics": {"netfs_wekafs_mounts": [{"path": "/mnt/weka", "source": "backend/fs",
+                                                   "options": ["net=ib0"]}]},
+    "gpfs_without_nics": {"netfs_gpfs_filesystems": ["gpfs0"]},
+    "weka_nics_in_fs_section": {"netfs_wekafs_mounts": [{"path": "/mnt/weka", "source": "b/fs"}],
+                                "cufile_config": {"fs": {"weka": {"rdma_dev_addr_list": NICS}}}},
     "disagree": {"netfs_nfs_mounts": NFS, "cufile_rdma_dev_addr_list": NICS,
                  "cufile_config": {"properties": {"rdma_dev_addr_list": ["192.0.2.99"]}}},
     "not_ipv4": {"netfs_nfs_mounts": NFS, "cufile_rdma_dev_addr_list": ["ib0"]},
 }
-GOOD = {"nfs_with_nics", "nfs_nics_in_fs_section", "local_nvme_only"}
+# kernel RDMA needs no client NIC (issue 43 item 1); WekaFS's own fs.weka section counts
+GOOD = {"nfs_with_nics", "nfs_nics_in_fs_section", "local_nvme_only", "nfs_without_nics",
+        "lustre_without_nics", "beegfs_without_nics", "weka_nics_in_fs_section"}
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +81,10 @@ def test_network_storage_without_client_nics_is_refused_before_any_change(
     for host in set(HOSTS) - GOOD:
         assert not (tmp / f"{host}.json").exists(), host  # nothing was written
         assert "Nothing was changed" in failed[host] or "nothing was changed" in failed[host]
-    assert "NFS over RDMA (netfs_nfs_mounts)" in failed["nfs_without_nics"]
-    assert "cufile_rdma_dev_addr_list" in failed["nfs_without_nics"]
-    assert "Lustre (netfs_lustre_mounts)" in failed["lustre_without_nics"]
-    assert "BeeGFS (netfs_beegfs_gds)" in failed["beegfs_without_nics"]
+    assert "WekaFS (netfs_wekafs_mounts)" in failed["weka_without_nics"]
+    assert "cufile_rdma_dev_addr_list" in failed["weka_without_nics"]
+    assert "Storage Scale (netfs_gpfs_filesystems)" in failed["gpfs_without_nics"]
+    assert "userspace RDMA" in failed["gpfs_without_nics"]
     assert "disagree" in failed["disagree"]
     assert "rdma_dev_addr_list" in failed["not_ipv4"] and "ib0" in failed["not_ipv4"]
 

@@ -77,20 +77,24 @@ def route_evidence(facts: dict[str, Any]) -> dict[str, Any]:
         # nvidia-fs loaded and a network filesystem mounted with its GDS prerequisites met
         # (provisioner/verify/netfs.py): the nvfs route without any NVMe (issue 33)
         "netfs": network_gds_ready(facts),
+        # virtiofs with its VIRTIOFS line direct: the P2PDMA route (no nvidia-fs)
+        "netfs_p2pdma": network_gds_ready(facts, "p2pdma"),
     }
 
 
-def network_gds_ready(facts: dict[str, Any]) -> list[str]:
-    """The mount points of network filesystems GDS reaches on this node: nvidia-fs loaded and
-    each one's own prerequisites met (gdscheck's line for it, RDMA library and device, NFS over
-    RDMA). A node whose GDS storage is only such a mount needs no GDS-patched nvme driver."""
+def network_gds_ready(facts: dict[str, Any], route: str = "nvfs") -> list[str]:
+    """The mount points of network filesystems GDS reaches on this node over ``route``: each
+    one's own prerequisites met (provisioner/verify/netfs.py: gdscheck's line for it, NFS over
+    RDMA, cuFile's RDMA pieces for WekaFS and Storage Scale, nvidia-fs loaded on the nvfs
+    route). A node whose GDS storage is only such a mount needs no GDS-patched nvme driver."""
     nvfs_loaded = bool((facts.get("nvfs") or {}).get("loaded"))
-    if not nvfs_loaded:
+    if route == "nvfs" and not nvfs_loaded:
         return []
     gc = (facts.get("gdscheck") or {}).get("parsed")
     mounts = (facts.get("storage") or {}).get("mounts") or []
     return [str(m.get("target")) for m in mounts
             if isinstance(m, dict) and netfs.is_network(str(m.get("fstype")))
+            and netfs.NETWORK_FILESYSTEMS[str(m["fstype"])].route == route
             and not netfs.prerequisites(str(m["fstype"]), list(m.get("options") or []), gc,
                                         nvfs_loaded, netfs.node_evidence(facts))]
 
@@ -107,6 +111,8 @@ def determine_route(facts: dict[str, Any]) -> str:
         # gdscheck's NVMe line speaks for NVMe only: on a network mount GDS reaches, nvidia-fs
         # is the route whatever that line says
         return "nvfs"
+    if ev["netfs_p2pdma"]:
+        return "p2pdma"
     if gc in ("compat", "unsupported"):
         return "compat"
     if ev["p2pdma"]:

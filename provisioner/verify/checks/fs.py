@@ -74,28 +74,38 @@ def mount_type(ctx: Context) -> CheckResult:
 
 
 def _network_type(ctx: Context, m: dict[str, Any]) -> CheckResult:
-    """A network filesystem, judged on its own prerequisites (netfs.prerequisites)."""
+    """A network filesystem, judged on its own prerequisites (netfs.prerequisites: the shared
+    rule of plugins/module_utils/netfs_rules.py, per kind of RDMA)."""
     fs = netfs.NETWORK_FILESYSTEMS[m["fstype"]]
     gc = (ctx.f.get("gdscheck") or {}).get("parsed")
     node = netfs.node_evidence(ctx.f)
     missing = netfs.prerequisites(m["fstype"], m.get("options") or [], gc,
                                   bool((ctx.f.get("nvfs") or {}).get("loaded")), node)
-    expected = f"{fs.name} with GDS support ({fs.gdscheck_line} in gdscheck, RDMA, nvidia-fs)"
+    needs = {"kernel": "kernel RDMA through nvidia-fs",
+             "userspace": "cuFile's userspace RDMA, nvidia_peermem or dmabuf, nvidia-fs",
+             "none": "the P2PDMA route"}[fs.rdma]
+    expected = f"{fs.name} with GDS support ({fs.gdscheck_line} in gdscheck, {needs})"
     if not missing and gc is None:
         ports = ", ".join(f"{p['device']}/{p['port']}" for p in node.get("rdma_ports") or []
                           if p["state"] == "ACTIVE") or "sysfs not read"
         return CheckResult("fs.mount.type", PASS,
-                           f"{fs.name} with GDS support (its client module, RDMA, nvidia-fs)",
+                           f"{fs.name} with GDS support (its client, {needs})",
                            f"{m['fstype']} ({fs.name}; no gdscheck on the node)",
                            f"{fs.name}: no gdscheck on the node (the GPU Operator puts none on "
                            f"the host), so judged on what the node shows: the client's module "
-                           f"{fs.client_module} is loaded, cufile.json lists the client NICs "
-                           f"(rdma_dev_addr_list), an RDMA port is ACTIVE ({ports}) and nvidia-fs "
-                           "is loaded. The I/O test's nvidia-fs counters prove the direct path.")
+                           f"{fs.client_module or '-'} is loaded and registers with nvidia-fs, "
+                           + ("cufile.json lists the client NICs and nvidia_peermem or dmabuf "
+                              "is there, " if fs.rdma == "userspace" else "")
+                           + f"an RDMA port is ACTIVE ({ports}) and nvidia-fs is loaded. The I/O "
+                           "test proves the direct path.")
     if not missing:
+        how = {"kernel": "its client registers with nvidia-fs over kernel RDMA (no cuFile RDMA "
+                         "library needed) and nvidia-fs is loaded",
+               "userspace": "cuFile's userspace RDMA is ready (library, device, nvidia_peermem "
+                            "or dmabuf) and nvidia-fs is loaded",
+               "none": "cuFile takes the P2PDMA route on it"}[fs.rdma]
         return CheckResult("fs.mount.type", PASS, expected, f"{m['fstype']} ({fs.name})",
-                           f"{fs.name}: gdscheck supports it, the RDMA library is loaded, an "
-                           "RDMA device is up and nvidia-fs is loaded.")
+                           f"{fs.name}: gdscheck supports it and {how}.")
     return CheckResult("fs.mount.type", FAIL, expected, f"{m['fstype']}: " + "; ".join(missing),
                        f"{m['fstype']} only runs in compat mode here: " + "; ".join(missing)
                        + f". Fix: {fs.fix}.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner.verify import iostats
 from provisioner.verify.checks.evidence import vge
 from provisioner.verify.checks.fs import gds_mount, mount_paths, network_gds_mount
 from provisioner.verify.checks.registry import Context, Skip, check
@@ -169,6 +170,44 @@ def nvme_patched(ctx: Context) -> CheckResult:
                        + (" and local NVMe is not patched either" if "local" in missing else "")
                        + ". Install DOCA's mlnx-nvme-dkms (or MLNX_OFED with --with-nvmf), "
                        "reload nvme-rdma (or reboot) and reconnect.")
+
+
+@check("nvfs.registered", "nvidia-fs registered with the storage driver the I/O went through",
+       targets=NOT_P2PDMA, off_target=OFF_P2PDMA)
+def registered(ctx: Context) -> CheckResult:
+    """/proc/driver/nvidia-fs/modules, read by the I/O test while it held nvidia-fs open (nvidia-fs
+    probes its modules at every open: NVIDIA/gds-nvidia-fs src/nvfs-core.c nvfs_open): the
+    driver under the I/O test's mount (nvme, nvme_rdma, or the network filesystem's client,
+    rpcrdma, lnet, beegfs...) must be listed. A driver exporting the registration symbol can
+    still be refused, silently: since Linux 6.6 ``__symbol_get()`` refuses a symbol not exported
+    GPL-only (ThinkParQ/beegfs#123), and a v1/v2 name mismatch never registers
+    (NVIDIA/gds-nvidia-fs#87); I/O then bounces through the CPU."""
+    cid = "nvfs.registered"
+    mods = (ctx.io.evidence or {}).get("nvfs_modules")
+    m = gds_mount(ctx)
+    kinds = [p["transport"] for p in mount_paths(ctx, m)] if m and not network_gds_mount(ctx) \
+        else []
+    want, what = iostats.expected_module(ctx.f, ctx.io_path or ctx.p.gds_mount, kinds)
+    expected = f"{want} in /proc/driver/nvidia-fs/modules" if want else "n/a"
+    if want is None:
+        return CheckResult(cid, SKIP, expected, what, f"Skipped: {what}.")
+    if mods is None:
+        return CheckResult(cid, SKIP, expected, "not read",
+                           "Skipped: the I/O test did not read /proc/driver/nvidia-fs/modules "
+                           "(no direct attempt, nvidia-fs not loaded, or an older node script).")
+    listed = ", ".join(mods) or "none"
+    if want in mods:
+        return CheckResult(cid, PASS, expected, listed,
+                           f"nvidia-fs registered with {want} ({what}) while the I/O test ran.")
+    return CheckResult(cid, FAIL, expected, listed,
+                       f"nvidia-fs did not register with {want} ({what}): its I/O bounces "
+                       "through the CPU without an error. The driver does not export the "
+                       "registration symbol nvidia-fs looks up, exports it under the other name "
+                       "(v1/v2: NVIDIA/gds-nvidia-fs#87), or, on kernels 6.6 and later, not "
+                       "GPL-only (__symbol_get refuses it: ThinkParQ/beegfs#123, "
+                       "NVIDIA/NV-Kernels#13). Install the driver built for this nvidia-fs "
+                       "(DOCA's mlnx-nvme-dkms / mlnx-nfsrdma-dkms, BeeGFS 8.5 or later, the "
+                       "filesystem vendor's GDS client), reload it and verify again.")
 
 
 @check("nvfs.persist", "nvidia_fs loads at boot", targets=NOT_P2PDMA, off_target=OFF_P2PDMA,

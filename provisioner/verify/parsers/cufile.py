@@ -32,6 +32,10 @@ def schema() -> Any:
     return _load_schema_module().load()
 
 
+# The network filesystems' table (plugins/module_utils/netfs_caps.json through netfs_rules.py):
+# which cufile.json sections and keys their rules read.
+_netfs = collection_utils.load("netfs_rules.py")
+
 # The one comment stripper (plugins/module_utils/cufile_json.py), shared with the collection's
 # filters and the node-side I/O test.
 strip_comments = collection_utils.load("cufile_json.py").strip_comments
@@ -76,6 +80,7 @@ class CufileConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        netfs = _netfs.cufile_evidence(self.data if self.valid else None)
         return {
             "present": self.present,
             "valid": self.valid,
@@ -97,9 +102,11 @@ class CufileConfig:
             # the client NICs cuFile loads its RDMA library for (network filesystems); only
             # strings count, at most 64 (the document is the node's, not ours)
             "rdma_dev_addr_list": self._addrs("properties.rdma_dev_addr_list"),
-            # a filesystem's own list (fs.nfs, fs.lustre, fs.gpfs, fs.weka, fs.beegfs)
-            "fs_rdma_dev_addr_list": {fs: self._addrs(f"fs.{fs}.rdma_dev_addr_list")
-                                      for fs in ("nfs", "lustre", "gpfs", "weka", "beegfs")},
+            # a filesystem's own list (fs.nfs, fs.lustre, fs.gpfs, fs.weka, fs.beegfs, ...) with
+            # its mount_table's addresses, properties.rdma_peer_type and the keys the network
+            # filesystems' rules read (plugins/module_utils/netfs_rules.py cufile_evidence)
+            "fs_rdma_dev_addr_list": netfs["fs_rdma_dev_addr_list"],
+            "netfs_keys": netfs["cufile_keys"],
         }
 
     def _addrs(self, key: str) -> list[str] | None:

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner import collection_utils
+
 COMMAND = "gdscheck -p"
 
 _SEP_RE = re.compile(r"^\s*=+\s*$")
@@ -30,8 +32,12 @@ _NVFS_RE = re.compile(r"nvidia_fs version:\s*(?P<v>[\d.]+)")
 _LIBCUFILE_RE = re.compile(r"libcufile version:\s*(?P<v>[\d.]+)")
 _NVFS_MIN_RE = re.compile(r"nvidia_fs minimum version:\s*(?P<v>[\d.]+)")
 
-# Mode tokens that mean the direct path (gds-diag's grouping).
-DIRECT_TOKENS = frozenset({"nvfs", "p2pdma", "c2c", "dmabuf", "nvidia_peermem"})
+# How a DRIVER CONFIGURATION value reads as mode tokens, and the tokens that mean a direct path
+# (gds-diag's grouping): one copy, plugins/module_utils/netfs_rules.py, which the network
+# filesystems' rules and playbooks/verify.yml's filter read too.
+_rules = collection_utils.load("netfs_rules.py")
+DIRECT_TOKENS: frozenset[str] = _rules.DIRECT_TOKENS
+mode_tokens = _rules.mode_tokens
 
 
 @dataclass(frozen=True)
@@ -119,15 +125,7 @@ def _kv(lines: list[str]) -> dict[str, str]:
 
 def classify_nvme(value: str | None, p2pdma_value: str | None = None) -> NvmeSupport:
     """Normalise the NVMe lines of any GDS release into tokens and one route."""
-    tokens: list[str] = []
-    if value is not None:
-        low = value.strip().lower()
-        if low in ("supported",):
-            tokens.append("supported")
-        elif low in ("unsupported", "not supported"):
-            tokens.append("unsupported")
-        else:
-            tokens.extend(t.strip() for t in low.split(",") if t.strip())
+    tokens: list[str] = list(mode_tokens(value))
     p2p_ok = p2pdma_value is not None and p2pdma_value.strip().lower() == "supported"
     if p2p_ok and "p2pdma" not in tokens:
         tokens.insert(0, "p2pdma")

@@ -19,7 +19,8 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 SHARED = tuple(f"plugins/module_utils/{name}" for name in
                ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py",
-                "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py"))
+                "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py", "attest.py",
+                "attest_state.py", "attest_compare.py", "attest_counters.py"))
 
 
 class BuildPyWithCollectionSchema(build_py):

@@ -3,7 +3,9 @@
 Some knowledge lives once, in the collection's plugins/module_utils/, because the roles and
 ``provisioner verify`` must agree on it: the cufile.json schema (cufile_schema.py + .json),
 how cufile.json's comments are stripped (cufile_json.py) and how kmod reads modprobe.d
-(modprobe_conf.py), and which GRUB entry boots next (kernel_gate.py). The wheel carries
+(modprobe_conf.py), and which GRUB entry boots next (kernel_gate.py). The node-side attest
+(attest*.py) lives there too: the role ``attest`` installs it on nodes, ``provisioner attest``
+and ``verify`` (its record) run the same files. The wheel carries
 build-time copies in provisioner/_collection/ (setup.py); a checkout reads
 plugins/module_utils/ directly.
 """
@@ -18,7 +20,8 @@ from types import ModuleType
 
 # what setup.py copies into the wheel's provisioner/_collection/
 SHARED_FILES = ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py", "cufile_json.py",
-                "kernel_gate.py")
+                "kernel_gate.py", "attest.py", "attest_state.py", "attest_compare.py",
+                "attest_counters.py")
 
 # verify evaluates nodes in parallel threads: a module is in sys.modules before its code has run
 # (exec_module needs that), so a second thread must wait for the first to finish loading it.

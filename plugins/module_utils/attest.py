@@ -31,6 +31,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import socket
 import sys
 import threading
@@ -89,6 +90,8 @@ def check_arguments(args: argparse.Namespace) -> str | None:
         return "--job-start and --since go with --job ID"
     if args.job_start and args.since:
         return "--job-start (prolog) and --since (epilog) exclude each other"
+    if args.job and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", args.job):
+        return f"--job {str(args.job)[:40]!r}: letters, digits, '_', '.', '-' only, at most 64"
     if args.pid is not None and args.pid <= 0:
         return f"--pid must be a process id (got {args.pid})"
     if args.since:
@@ -137,9 +140,12 @@ def regression_line(r: dict[str, Any]) -> str:
     """``<id>: <what>, <expected> -> <observed>; fix: <fix>`` within LINE_MAX, the fix kept."""
     head = printable(f"{r['id']}: {r.get('what') or r['id']}, ", 120)
     tail = printable(f"; fix: {r['fix']}", 160)
+    exp, obs = printable(r["expected"], 1000), printable(r["observed"], 1000)
     room = max(LINE_MAX - len(head) - len(tail) - 4, 20)
-    exp = printable(r["expected"], max(room // 2, 10))
-    obs = printable(r["observed"], max(room - len(exp), 10))
+    if len(exp) + len(obs) > room:  # shorten the longer one first, the fix stays whole
+        short = min(len(exp), len(obs), room // 2)
+        exp = printable(exp, max(room - min(len(obs), short), 10)) if len(exp) > short else exp
+        obs = printable(obs, max(room - len(exp), 10))
     return printable(f"{head}{exp} -> {obs}{tail}")
 
 
@@ -176,8 +182,6 @@ def job_line(job: dict[str, Any]) -> str:
 
 
 def _label(value: str) -> str:
-    import re
-
     v = re.sub(r"[^A-Za-z0-9._-]", "-", str(value))[:63]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", v)
 

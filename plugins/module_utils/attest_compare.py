@@ -27,15 +27,15 @@ def _ident(mod: dict[str, Any]) -> str:
         return "not loaded"
     parts = [str(mod.get("version") or "?")]
     if mod.get("srcversion"):
-        parts.append(f"srcversion {mod['srcversion']}")
+        parts.append(f"srcversion {str(mod['srcversion'])[:12]}")
     return " ".join(parts)
 
 
 def _mount_text(m: dict[str, Any] | None) -> str:
     if not m or not m.get("target"):
         return "not mounted"
-    return (f"{m.get('fstype')} {m.get('source')} ({m.get('devno')}) on {m.get('target')} "
-            f"{','.join(m.get('options') or [])}")
+    return (f"{m.get('fstype')} {','.join(m.get('options') or [])} {m.get('source')} "
+            f"({m.get('devno')})")
 
 
 def unverified(observed: str, fix: str) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def compare(record: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]
     elif wn.get("loaded") and (_ident(wn) != _ident(nn)
                                or wn.get("proc_version") != nn.get("proc_version")):
         regs.append(_reg("attest.nvfs.version", "nvidia-fs", _ident(wn), _ident(nn),
-                         "roll out the pinned nvidia-fs (`provisioner rollout`), or " + VERIFY_FIX))
+                         "roll out the pinned nvidia-fs, or " + VERIFY_FIX))
     changed = []
     for name, wmod in sorted((was.get("storage_modules") or {}).items()):
         if not isinstance(wmod, dict) or not wmod.get("loaded"):
@@ -73,10 +73,10 @@ def compare(record: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]
         if _ident(wmod) != _ident(nmod):
             changed.append((name, _ident(wmod), _ident(nmod)))
     if changed:
-        regs.append(_reg("attest.nvfs.modules", "storage modules nvidia-fs registers with",
+        regs.append(_reg("attest.nvfs.modules", "storage modules",
                          "; ".join(f"{n} {a}" for n, a, _ in changed),
                          "; ".join(f"{n} {b}" for n, _, b in changed),
-                         "load the verified GDS build (mlnx-nvme for nvme), then " + VERIFY_FIX))
+                         "load the verified GDS build (mlnx-nvme), then " + VERIFY_FIX))
     wc, nc = was["cufile"], now["cufile"]
     if wc.get("present") != nc.get("present") or wc.get("sha256") != nc.get("sha256"):
         regs.append(_reg("attest.cufile.digest", f"{nc.get('path') or CUFILE_PATH}",
@@ -100,10 +100,9 @@ def compare(record: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]
                              observed, "mount it as verified (`mount -a`), then " + VERIFY_FIX))
     wl, nl = was["libcufile"], now["libcufile"]
     if wl.get("real") and (wl.get("real") != nl.get("real") or wl.get("size") != nl.get("size")):
-        regs.append(_reg("attest.libcufile", "the host's libcufile",
-                         f"{wl.get('real')} ({wl.get('size')} bytes)",
-                         f"{nl.get('real')} ({nl.get('size')} bytes)" if nl.get("real") else "none",
-                         "pin libcufile-X-Y (`provisioner rollout`), or " + VERIFY_FIX))
+        regs.append(_reg("attest.libcufile", "the host's libcufile", _lib(wl),
+                         _lib(nl) if nl.get("real") else "none",
+                         "pin libcufile-X-Y, or " + VERIFY_FIX))
     return regs
 
 
@@ -111,3 +110,10 @@ def _digest(c: dict[str, Any]) -> str:
     if not c.get("present"):
         return "absent"
     return "sha256:" + str(c.get("sha256") or "unreadable")[:16]
+
+
+def _lib(lib: dict[str, Any]) -> str:
+    """``libcufile.so.1.15.1 (1234 bytes) in /usr/local/cuda-13.0/...``: the name first."""
+    real = str(lib.get("real") or "")
+    folder, _, name = real.rpartition("/")
+    return f"{name} ({lib.get('size')} bytes) in {folder}"

@@ -97,12 +97,12 @@ class Node:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise RecordError(f"{path} is a symbolic link") from None
+                raise RecordError("it is a symbolic link") from None
             raise Unjudgeable(f"cannot read {path}: {exc.strerror}") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise RecordError(f"{path} is not a regular file")
+                raise RecordError("it is not a regular file")
             chunks = []
             left = limit + 1
             while left > 0:
@@ -399,6 +399,11 @@ def validate_record(doc: Any) -> dict[str, Any]:
     if not all(isinstance(f, str) and len(f) <= 128 for f in doc.get("failing") or []) or len(
             doc.get("failing") or []) > 256:
         raise RecordError("record.failing is not a list of check ids")
+    labels = doc.get("labels", {})
+    if not isinstance(labels, dict) or len(labels) > 32 or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 128 and len(v) <= 63
+            for k, v in labels.items()):
+        raise RecordError("record.labels is not a map of at most 32 short strings")
     state = doc["state"]
     _check(state, _STATE_FIELDS, "record.state")
     _check(state["nvfs"], _MODULE_FIELDS, "record.state.nvfs")
@@ -430,18 +435,18 @@ def load_record(node: Node, path: str = RECORD_PATH) -> dict[str, Any] | None:
     if data is None:
         return None
     if len(data) > RECORD_MAX:
-        raise RecordError(f"{path} is larger than {RECORD_MAX} bytes")
+        raise RecordError(f"it is larger than {RECORD_MAX} bytes")
     st = node.stat(path)
     if st is not None:
         if st.st_uid not in (0, os.geteuid()):
-            raise RecordError(f"{path} is owned by uid {st.st_uid}, not root")
+            raise RecordError(f"it is owned by uid {st.st_uid}, not root")
         if st.st_mode & 0o022:
-            raise RecordError(f"{path} is writable by group or others "
+            raise RecordError("it is writable by group or others "
                               f"(mode {stat.S_IMODE(st.st_mode):04o})")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise RecordError(f"{path} is not JSON ({str(exc)[:80]})") from None
+        raise RecordError(f"it is not JSON ({str(exc)[:80]})") from None
     return validate_record(doc)
 
 
@@ -450,7 +455,9 @@ def new_record(node_name: str, verdict: dict[str, Any], state: dict[str, Any],
     """The record ``verify`` writes: its verdict (``compliant``, ``route``, ``path_taken``,
     ``failing``, ``simulated``, ``operator_managed``, ``mount_path``) and the state."""
     failing = [str(f)[:128] for f in verdict.get("failing") or []][:256]
+    labels = verdict.get("labels") if isinstance(verdict.get("labels"), dict) else {}
     return {"schema": RECORD_SCHEMA, "node": str(node_name)[:255],
+            "labels": {str(k)[:128]: str(v)[:63] for k, v in list(labels.items())[:32]},
             "verified_at": float(time.time() if now is None else now),
             "compliant": verdict.get("compliant") is True,
             "route": _opt(verdict.get("route"), 32),

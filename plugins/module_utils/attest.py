@@ -392,7 +392,7 @@ def job_part(args: argparse.Namespace, node: Any, ctr: Any, counters: Any,
     return proof
 
 
-def run(args: argparse.Namespace, modules: dict[str, Any] | None = None) -> int:
+def attest(args: argparse.Namespace, modules: dict[str, Any] | None = None) -> int:
     """One attest; returns the exit code (0, 1 or 70)."""
     args.started = time.time()
     bad = check_arguments(args)
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None, modules: dict[str, Any] | None = None) -
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return run(args, modules)
+        return attest(args, modules)
     except Exception as exc:  # noqa: BLE001 - a bug: one line, exit 70, never a traceback
         sys.stderr.write(printable(f"gdsfleet-attest: internal error (a bug, please report "
                                    f"it): {type(exc).__name__}: {exc}", 400) + "\n")

@@ -285,7 +285,7 @@ def libcufile_state(node: Node) -> dict[str, Any]:
     return {"path": None, "real": None, "version": None, "size": None}
 
 
-def _unescape(field: str) -> str:
+def _unoctal(field: str) -> str:
     """mountinfo's octal escapes (``\\040`` for a space)."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
@@ -298,9 +298,12 @@ def _mask(options: list[str]) -> list[str]:
     return sorted(set(out))
 
 
-def parse_mountinfo(text: str) -> list[dict[str, Any]]:
+def mount_entries(text: str) -> list[dict[str, Any]]:
     """``/proc/self/mountinfo`` lines -> mounts (pure): target, device number, type, source and
-    the per-mount and superblock options together (secret-looking values masked)."""
+    the per-mount and superblock options together (secret-looking values masked). verify's own
+    reading (provisioner/verify/parsers/storage.py ``parse_mountinfo``) keeps no options and
+    does not run on the node; a test holds the two to the same target, device, type and
+    source (tests/unit/test_attest_record.py)."""
     mounts = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -310,8 +313,8 @@ def parse_mountinfo(text: str) -> list[dict[str, Any]]:
         if len(a) < 6 or len(b) < 2:
             continue
         opts = a[5].split(",") + (b[2].split(",") if len(b) > 2 else [])
-        mounts.append({"target": _unescape(a[4])[:4096], "devno": a[2][:32],
-                       "fstype": b[0][:64], "source": _unescape(b[1])[:4096],
+        mounts.append({"target": _unoctal(a[4])[:4096], "devno": a[2][:32],
+                       "fstype": b[0][:64], "source": _unoctal(b[1])[:4096],
                        "options": _mask([o[:256] for o in opts if o][:128])})
     return mounts
 
@@ -324,7 +327,7 @@ def mount_state(node: Node, mount_path: str | None) -> dict[str, Any] | None:
     data = node.read("/proc/self/mountinfo", MOUNTINFO_MAX)
     found = None
     path = "/" + "/".join(p for p in mount_path.split("/") if p)
-    for m in parse_mountinfo((data or b"")[:MOUNTINFO_MAX].decode("utf-8", "replace")):
+    for m in mount_entries((data or b"")[:MOUNTINFO_MAX].decode("utf-8", "replace")):
         t = m["target"]
         covers = path == t or path.startswith(t.rstrip("/") + "/") or t == "/"
         if covers and (found is None or len(t) >= len(found["target"])):
@@ -368,7 +371,7 @@ _MOUNT_FIELDS = {"target": _OPT_STR, "devno": _OPT_STR, "fstype": _OPT_STR, "sou
                  "options": (list,)}
 
 
-def _check(doc: dict[str, Any], fields: dict[str, tuple[type, ...]], where: str,
+def _check_fields(doc: dict[str, Any], fields: dict[str, tuple[type, ...]], where: str,
            optional: bool = False) -> None:
     for name, types in fields.items():
         if name not in doc:
@@ -393,7 +396,7 @@ def validate_record(doc: Any) -> dict[str, Any]:
         raise RecordError(f"unknown record schema {str(doc.get('schema'))[:64]!r} "
                           f"(this attest reads {RECORD_SCHEMA})")
     _missing(doc)
-    _check(doc, _RECORD_FIELDS, "record", optional=True)
+    _check_fields(doc, _RECORD_FIELDS, "record", optional=True)
     if not math.isfinite(float(doc["verified_at"])):
         raise RecordError("record.verified_at is not a finite number")
     if not all(isinstance(f, str) and len(f) <= 128 for f in doc.get("failing") or []) or len(
@@ -405,16 +408,16 @@ def validate_record(doc: Any) -> dict[str, Any]:
             for k, v in labels.items()):
         raise RecordError("record.labels is not a map of at most 32 short strings")
     state = doc["state"]
-    _check(state, _STATE_FIELDS, "record.state")
-    _check(state["nvfs"], _MODULE_FIELDS, "record.state.nvfs")
+    _check_fields(state, _STATE_FIELDS, "record.state")
+    _check_fields(state["nvfs"], _MODULE_FIELDS, "record.state.nvfs")
     for name, mod in state["storage_modules"].items():
         if not isinstance(mod, dict) or len(str(name)) > 64:
             raise RecordError("record.state.storage_modules holds a non-object")
-        _check(mod, _MODULE_FIELDS, f"record.state.storage_modules.{str(name)[:64]}")
-    _check(state["cufile"], _CUFILE_FIELDS, "record.state.cufile")
-    _check(state["libcufile"], _LIB_FIELDS, "record.state.libcufile")
+        _check_fields(mod, _MODULE_FIELDS, f"record.state.storage_modules.{str(name)[:64]}")
+    _check_fields(state["cufile"], _CUFILE_FIELDS, "record.state.cufile")
+    _check_fields(state["libcufile"], _LIB_FIELDS, "record.state.libcufile")
     if state["mount"] is not None and state["mount"].get("target") is not None:
-        _check(state["mount"], _MOUNT_FIELDS, "record.state.mount")
+        _check_fields(state["mount"], _MOUNT_FIELDS, "record.state.mount")
         if not all(isinstance(o, str) for o in state["mount"]["options"]):
             raise RecordError("record.state.mount.options is not a list of strings")
     return doc

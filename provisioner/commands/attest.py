@@ -30,4 +30,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     mods: dict[str, Any] = modules()
-    return int(mods["attest"].run(args, mods))
+    return int(mods["attest"].attest(args, mods))

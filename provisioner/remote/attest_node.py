@@ -34,7 +34,7 @@ _cufile_json = _shared("cufile_json.py")
 JOBS_MAX = 200
 
 
-def record(req: dict) -> dict:
+def record_verdict(req: dict) -> dict:
     node = _state.Node(str(req.get("root") or "/"))
     path = str(req.get("path") or _state.RECORD_PATH)
     verdict = dict(req.get("verdict") or {})
@@ -57,7 +57,7 @@ def record(req: dict) -> dict:
     return {"written": written, "compliant": rec["compliant"], "changed": changed}
 
 
-def attest(req: dict) -> dict:
+def run_attest(req: dict) -> dict:
     argv = ["--json"]
     if req.get("root"):
         argv += ["--root", str(req["root"])]
@@ -97,9 +97,9 @@ def main() -> int:
         req = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
         mode = req.get("mode")
         if mode == "record":
-            doc = record(req)
+            doc = record_verdict(req)
         elif mode == "attest":
-            doc = attest(req)
+            doc = run_attest(req)
         else:
             doc = {"error": f"unknown mode {str(mode)[:40]!r}"}
     except Exception as exc:  # noqa: BLE001 - report, never crash without a document

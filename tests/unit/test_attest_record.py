@@ -204,7 +204,7 @@ def test_one_field_of_a_valid_record_replaced(key: str, value: Any) -> None:
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(max_size=400))
 def test_mountinfo_parser_takes_any_text(text: str) -> None:
-    for m in STATE.parse_mountinfo(text):
+    for m in STATE.mount_entries(text):
         assert set(m) == {"target", "devno", "fstype", "source", "options"}
         assert all("=***" in o or "pass" not in o.split("=")[0].lower() for o in m["options"])
 
@@ -212,12 +212,31 @@ def test_mountinfo_parser_takes_any_text(text: str) -> None:
 def test_mountinfo_masks_secret_looking_options() -> None:
     line = ("40 22 0:55 / /mnt/cifs rw,relatime shared:3 - cifs //srv/share "
             "rw,username=u,password=hunter2,credentials=/root/c\n")
-    (m,) = STATE.parse_mountinfo(line)
+    (m,) = STATE.mount_entries(line)
     assert "password=***" in m["options"] and "credentials=***" in m["options"]
     assert not any("hunter2" in o for o in m["options"])
     assert m["target"] == "/mnt/cifs" and m["devno"] == "0:55"
 
 
 def test_mountinfo_unescapes_spaces() -> None:
-    (m,) = STATE.parse_mountinfo("36 22 259:0 / /mnt/gds\\040data rw - xfs /dev/nvme0n1 rw\n")
+    (m,) = STATE.mount_entries("36 22 259:0 / /mnt/gds\\040data rw - xfs /dev/nvme0n1 rw\n")
     assert m["target"] == "/mnt/gds data"
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.tuples(st.text("abc/\\ 0", min_size=1, max_size=8),
+                                st.sampled_from(["259:0", "0:50", "8:1"]),
+                                st.sampled_from(["xfs", "nfs", "ext4"]),
+                                st.text("abcd/:.", min_size=1, max_size=8)), max_size=5))
+def test_mount_entries_agree_with_verifys_mountinfo_parser(
+        lines: list[tuple[str, str, str, str]]) -> None:
+    from provisioner.verify.parsers import storage
+
+    esc = "\\040"
+    text = "".join(f"{i} 1 {dev} / /{t.replace(' ', esc)} rw,noatime shared:1 - {fs} {src} rw\n"
+                   for i, (t, dev, fs, src) in enumerate(lines))
+    mine = [{k: m[k] for k in ("target", "devno", "fstype", "source")}
+            for m in STATE.mount_entries(text)]
+    theirs = [{k: m[k] for k in ("target", "devno", "fstype", "source")}
+              for m in storage.parse_mountinfo(text)]
+    assert mine == theirs

@@ -109,7 +109,7 @@ def test_labels_in_the_record_are_verifys_nfd_labels(tmp_path: Path) -> None:
     from provisioner.commands.attest import modules
 
     assert modules()["attest"].NFD_NS == nfd.LABEL_NS
-    assert modules()["attest"].NFD_FILE == f"{nfd.FEATURES_DIR}/{nfd.FILE_NAME}"
+    assert f"{nfd.FEATURES_DIR}/{nfd.FILE_NAME}" == modules()["attest"].NFD_FILE
 
 
 class RefusingRunner:

@@ -100,4 +100,30 @@ def publish(runner: Any, name: str, doc: dict[str, Any], *, simulated: bool = Fa
             "compliant": answer.get("compliant") is True, "changed": changed}
 
 
-__all__ = ["RECORD_PATH", "command", "expectation", "publish", "verdict"]
+
+
+def pull(runner: Any, *, jobs_since: float | None = None) -> dict[str, Any]:
+    """The node's attest (``--json``) and the job proofs it kept since ``jobs_since`` (epoch
+    seconds), over the node's runner: ``{"attest": doc|None, "jobs": [...], "error": str|None}``.
+    Never raises for the node's own failures; ConnectError (transport) propagates."""
+    request: dict[str, Any] = {"mode": "attest"}
+    if jobs_since is not None:
+        request["jobs_since"] = jobs_since
+    res = runner.run(command(request), timeout=TIMEOUT_S, stdin=load_script(SCRIPT))
+    answer = None
+    for line in reversed((res.stdout or "").strip().splitlines()[-5:]):
+        if line.startswith("{"):
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                answer = None
+            break
+    if not isinstance(answer, dict) or not isinstance(answer.get("attest"), dict):
+        why = (answer or {}).get("error") if isinstance(answer, dict) else None
+        why = why or (res.stderr or res.stdout or "").strip()[-300:] or f"exit {res.exit_status}"
+        return {"attest": None, "jobs": [], "error": clip(str(why), 400)}
+    jobs = [j for j in answer.get("jobs") or [] if isinstance(j, dict)][:500]
+    return {"attest": answer["attest"], "jobs": jobs, "error": None}
+
+
+__all__ = ["RECORD_PATH", "command", "expectation", "publish", "pull", "verdict"]

@@ -26,17 +26,18 @@ Python 3.8+; it never imports anything of the provisioner, SQLAlchemy, rich or A
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import json
 import math
 import os
 import re
-import socket
 import sys
 import threading
 import time
-from typing import Any
+
+# typing is imported for the type checker only: a node pays for no import it does not need
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = "gdsfleet.attest/1"
 ENTRY_POINT = "/usr/local/sbin/gdsfleet-attest"
@@ -111,6 +112,8 @@ def parse_time(text: str) -> float:
         if t.endswith(("Z", "z")):
             t = t[:-1] + "+00:00"
         try:
+            import datetime  # only here: an ISO time given
+
             value = datetime.datetime.fromisoformat(t).timestamp()
         except ValueError:
             raise ValueError("not epoch seconds or an ISO 8601 time") from None
@@ -280,6 +283,8 @@ def write_atomic(path: str, text: str) -> None:
 
 def load_siblings() -> dict[str, Any]:
     """attest_state, attest_compare, attest_counters and cufile_json from this file's folder."""
+    import importlib.util
+
     here = os.path.dirname(os.path.abspath(__file__))
     mods = {}
     for name in SIBLINGS:
@@ -344,7 +349,7 @@ def judge(args: argparse.Namespace, mods: dict[str, Any]) -> dict[str, Any]:
         regs = cmp_.compare(record, now)
         status = "regressed" if regs else "ok"
     name = (record or {}).get("node") or node.text("/proc/sys/kernel/hostname") or \
-        socket.gethostname()
+        os.uname().nodename
     doc: dict[str, Any] = {
         "schema": SCHEMA, "node": str(name)[:255], "status": status,
         "verified_at": record["verified_at"] if record else None,

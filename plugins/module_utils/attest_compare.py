@@ -12,7 +12,10 @@ regression of a node without a usable compliant record. Pure standard library, P
 
 from __future__ import annotations
 
-from typing import Any
+# typing is imported for the type checker only: a node pays for no import it does not need
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CUFILE_PATH = "/etc/cufile.json"
 

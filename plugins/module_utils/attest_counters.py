@@ -29,10 +29,12 @@ import json
 import math
 import os
 import re
-import shutil
-import subprocess
 import time
-from typing import Any
+
+# typing is imported for the type checker only: a node pays for no import it does not need
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STATS_PATH = "/proc/driver/nvidia-fs/stats"
 STATS_MAX = 256 * 1024
@@ -140,6 +142,8 @@ def parse_gds_stats(text: str) -> dict[str, Any]:
 
 
 def find_gds_stats(node: Any) -> str | None:
+    import shutil  # only with --pid
+
     found = shutil.which("gds_stats")
     if found:
         return found
@@ -152,6 +156,8 @@ def find_gds_stats(node: Any) -> str | None:
 
 def cufile_stats(node: Any, pid: int, timeout: float) -> dict[str, Any]:
     """``gds_stats -p PID -l 3``, parsed; ``error`` says why there is nothing."""
+    import subprocess  # only with --pid
+
     exe = find_gds_stats(node)
     if exe is None:
         return {"error": "gds_stats not found (package gds-tools-X-Y)"}

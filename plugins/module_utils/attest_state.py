@@ -36,10 +36,12 @@ import os
 import re
 import stat
 import time
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # node Pythons older than 3.9 cannot evaluate these at run time
+# typing is imported for the type checker only: a node pays for no import it does not need
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 RECORD_PATH = "/var/lib/gdsfleet/verified.json"
 RECORD_SCHEMA = "gdsfleet.attest-record/1"

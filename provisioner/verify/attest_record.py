@@ -15,6 +15,7 @@ does not write it.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from datetime import datetime, timezone
 from typing import Any
@@ -26,7 +27,15 @@ from provisioner.verify import nfd
 
 SCRIPT = "attest_node.py"
 RECORD_PATH = "/var/lib/gdsfleet/verified.json"
+# Where verify writes the record (and status --attest has attest read it) when not the default:
+# `gdsfleet-attest --record FILE` reads the same place on the node.
+ENV_RECORD = "GDSFLEET_ATTEST_RECORD"
 TIMEOUT_S = 30.0
+
+
+def record_path() -> str:
+    """``$GDSFLEET_ATTEST_RECORD``, else /var/lib/gdsfleet/verified.json."""
+    return os.environ.get(ENV_RECORD) or RECORD_PATH
 
 
 def command(request: dict[str, Any]) -> str:
@@ -70,8 +79,9 @@ def expectation(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def publish(runner: Any, name: str, doc: dict[str, Any], *, simulated: bool = False,
-            path: str = RECORD_PATH) -> dict[str, Any]:
+            path: str | None = None) -> dict[str, Any]:
     """Write the record on the node; never raises (the result says what went wrong)."""
+    path = path or record_path()
     request = {"mode": "record", "node": name, "path": path,
                "verdict": verdict(doc, simulated=simulated), "expect": expectation(doc)}
     try:
@@ -106,7 +116,7 @@ def pull(runner: Any, *, jobs_since: float | None = None) -> dict[str, Any]:
     """The node's attest (``--json``) and the job proofs it kept since ``jobs_since`` (epoch
     seconds), over the node's runner: ``{"attest": doc|None, "jobs": [...], "error": str|None}``.
     Never raises for the node's own failures; ConnectError (transport) propagates."""
-    request: dict[str, Any] = {"mode": "attest"}
+    request: dict[str, Any] = {"mode": "attest", "record": record_path()}
     if jobs_since is not None:
         request["jobs_since"] = jobs_since
     res = runner.run(command(request), timeout=TIMEOUT_S, stdin=load_script(SCRIPT))
@@ -126,4 +136,5 @@ def pull(runner: Any, *, jobs_since: float | None = None) -> dict[str, Any]:
     return {"attest": answer["attest"], "jobs": jobs, "error": None}
 
 
-__all__ = ["RECORD_PATH", "command", "expectation", "publish", "pull", "verdict"]
+__all__ = ["ENV_RECORD", "RECORD_PATH", "command", "expectation", "publish", "pull",
+           "record_path", "verdict"]

@@ -296,3 +296,26 @@ def test_bad_options_exit_70(node: Path) -> None:
 def test_an_unwritable_output_is_attests_own_failure(node: Path) -> None:
     code, out, err = an.attest(node, "--textfile", str(node / "no" / "such" / "dir" / "x.prom"))
     assert code == 70 and "output NOT written" in err
+
+
+def test_the_deadline_is_hard(node: Path) -> None:
+    """A read that hangs (a stand-in: snapshot made to sleep, as a dead device would) ends at
+    --deadline with exit 70 and one line, in a child process (the watchdog exits the process)."""
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import sys, time\n"
+        "from provisioner.commands.attest import modules\n"
+        "mods = modules()\n"
+        "mods['attest_state'].snapshot = lambda *a, **k: time.sleep(30)\n"
+        f"sys.exit(mods['attest'].main(['--root', {str(node)!r}, '--deadline', '0.5'], mods))\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    took = time.monotonic() - t0
+    assert proc.returncode == 70 and proc.stdout == ""
+    assert proc.stderr.startswith("gdsfleet-attest: deadline of 0.5s hit while reading the "
+                                  "node's state; the node was not judged (exit 70)")
+    assert took < 20  # not the 30 s the read would take (start-up included, under load)

@@ -73,7 +73,7 @@ def test_real_h100_logs_say_compat() -> None:
     assert got == {"compat": 0, "nvfs": 0, "p2pdma": 0, "blockers": []}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(text=st.text(max_size=600))
 def test_parsers_take_any_text(text: str) -> None:
     CTR.parse_gds_stats(text)
@@ -81,7 +81,7 @@ def test_parsers_take_any_text(text: str) -> None:
     CTR.scan_log_text(text, 0.0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(gpus=st.lists(st.tuples(*[st.integers(0, 10**9)] * 6), min_size=1, max_size=16))
 def test_gds_stats_per_gpu_sums(gpus: list[tuple[int, ...]]) -> None:
     """Lines in the layout of the real capture, with made-up counts: the sums come back."""

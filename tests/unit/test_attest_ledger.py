@@ -32,6 +32,13 @@ JOB = {"id": "77", "since": 1.0, "until": time.time(), "pid": None, "scope": "no
        "why": "the I/O measured took the direct path"}
 
 
+
+@pytest.fixture(autouse=True)
+def _real_record_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runners write into simulated node trees, never this machine: the record's real
+    path (tests/conftest.py moves it for tests that verify this machine)."""
+    monkeypatch.delenv("GDSFLEET_ATTEST_RECORD", raising=False)
+
 def _verified(led: Ledger, *nodes: str) -> None:
     run = led.start_run("verify", "/inv/lab")
     for n in nodes:

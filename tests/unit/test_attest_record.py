@@ -173,7 +173,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
                      | st.dictionaries(st.text(max_size=10), kids, max_size=4), max_leaves=30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(doc=_json)
 def test_validate_record_takes_any_json(doc: Any) -> None:
     try:
@@ -182,7 +182,7 @@ def test_validate_record_takes_any_json(doc: Any) -> None:
         assert str(exc)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(key=st.sampled_from(["schema", "node", "verified_at", "compliant", "route", "failing",
                             "simulated", "state", "labels", "mount_path"]), value=_json)
 def test_one_field_of_a_valid_record_replaced(key: str, value: Any) -> None:
@@ -201,7 +201,7 @@ def test_one_field_of_a_valid_record_replaced(key: str, value: Any) -> None:
         return
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(text=st.text(max_size=400))
 def test_mountinfo_parser_takes_any_text(text: str) -> None:
     for m in STATE.mount_entries(text):
@@ -223,7 +223,7 @@ def test_mountinfo_unescapes_spaces() -> None:
     assert m["target"] == "/mnt/gds data"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(lines=st.lists(st.tuples(st.text("abc/\\ 0", min_size=1, max_size=8),
                                 st.sampled_from(["259:0", "0:50", "8:1"]),
                                 st.sampled_from(["xfs", "nfs", "ext4"]),

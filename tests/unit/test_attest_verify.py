@@ -18,6 +18,12 @@ from provisioner.verify.model import CommandResult
 from tests.unit import attestnode as an
 
 
+@pytest.fixture(autouse=True)
+def _real_record_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runners write into simulated node trees, never this machine: the record's real
+    path (tests/conftest.py moves it for tests that verify this machine)."""
+    monkeypatch.delenv("GDSFLEET_ATTEST_RECORD", raising=False)
+
 class TreeRunner:
     """TEST STAND-IN for a node's runner: runs the command's python3 with the bundled script on
     stdin, the request given ``root`` = the simulated tree (what the node reads as /)."""
@@ -141,3 +147,11 @@ def test_verify_one_writes_it_unless_asked_not_to(monkeypatch: pytest.MonkeyPatc
     assert "attest_record" not in doc and len(calls) == 1
     req = NodeRequest.for_node("h", "h", "io", attest_record=False)
     assert req.options() == {"attest_record": False}
+
+
+def test_the_operator_can_move_the_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = an.build(tmp_path)
+    monkeypatch.setenv(attest_record.ENV_RECORD, "/srv/gds/verified.json")
+    got = attest_record.publish(TreeRunner(tmp_path), "gds-07", _doc(m))
+    assert got["written"] and got["path"] == "/srv/gds/verified.json"
+    assert an.attest(tmp_path, "--record", "/srv/gds/verified.json")[0] == 0

@@ -71,10 +71,12 @@ def test_check_mode_changes_nothing_then_install_is_idempotent(node: dict[str, A
     res = _play(tmp, variables)
     assert res.returncode == 0 and _recap(res.stdout)["changed"] == 0, res.stdout[-3000:]
     assert sorted(p.name for p in (tmp / "lib").iterdir()) == [
-        "attest.py", "attest_compare.py", "attest_counters.py", "attest_state.py",
+        "__pycache__", "attest.py", "attest_compare.py", "attest_counters.py", "attest_state.py",
         "cufile_json.py"]
-    for p in (tmp / "lib").iterdir():  # the collection's files, as they are
+    for p in (tmp / "lib").glob("*.py"):  # the collection's files, as they are
         assert p.read_bytes() == (ROOT / "plugins" / "module_utils" / p.name).read_bytes()
+    # byte-compiled at install: a user who may not write there still starts from the cache
+    assert len(list((tmp / "lib" / "__pycache__").glob("attest*.pyc"))) == 4
     entry = tmp / "sbin" / "gdsfleet-attest"
     assert oct(entry.stat().st_mode & 0o777) == "0o755"
 

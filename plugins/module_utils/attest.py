@@ -336,6 +336,8 @@ def judge(args: argparse.Namespace, mods: dict[str, Any]) -> dict[str, Any]:
         counters = ctr.nvfs_counters(node)
     except st.Unjudgeable as exc:
         raise AttestFailure(f"{exc} (run attest as root)") from None
+    except st.RecordError as exc:  # /proc/self/mountinfo not a file: nothing to compare with
+        raise AttestFailure(f"the node's state cannot be read: {exc}") from None
     if record is None:
         status = "unverified"
         regs = [cmp_.unverified(problem or f"never (no record {args.record})",

@@ -61,6 +61,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_check_mode_changes_nothing_then_install_is_idempotent(node: dict[str, Any]) -> None:
+    """Slow: three ansible-playbook runs of the role on this machine (check, install, again)."""
     tmp, variables = node["tmp"], node["vars"]
     res = _play(tmp, variables, "--check")
     assert res.returncode == 0, res.stdout[-3000:]

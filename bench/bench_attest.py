@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -173,13 +174,14 @@ def run_lab(n: int) -> None:
         request = {"mode": "record", "node": node.name, "verdict": {
             "compliant": True, "route": "nvfs", "path_taken": "direct", "simulated": True,
             "mount_path": "/mnt/gds"}}
-        answer = json.loads(sh(f"python3 - {json.dumps(json.dumps(request))}",
+        answer = json.loads(sh(f"python3 - {shlex.quote(json.dumps(request))}",
                                load_script("attest_node.py")).strip().splitlines()[-1])
         if not answer.get("written"):
             raise SystemExit(f"{node.name}: the record was not written: {answer}")
         sh("cat > /tmp/gather.py", load_script("gather.py"))
         cases = _cases("python3", lib, ["python3", "/tmp/gather.py"], None, n, [], 0)
-        out = sh(f"python3 -c {json.dumps(TIMER)} {json.dumps(json.dumps(cases))}")
+        sh("cat > /tmp/gdsfleet-timer.py", TIMER.encode())
+        out = sh(f"python3 /tmp/gdsfleet-timer.py {shlex.quote(json.dumps(cases))}")
         results = json.loads(out.strip().splitlines()[-1])
         _check(results, cases, "lab")
         _print(f"a SIMULATED lab node ({node.name}: stand-in nvfs stack, /mnt/gds mounted, "

@@ -105,7 +105,7 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any, *,
             connect()
         report = verify_node(runner, name, policy, io)
         doc = dict(report.to_dict())
-        if attest_record and report.reachable:
+        if attest_record and doc.get("reachable"):
             from provisioner.verify import attest_record as record
 
             doc["attest_record"] = record.publish(runner, name, doc, simulated=simulated)

@@ -466,4 +466,4 @@ def main(argv: list[str] | None = None, modules: dict[str, Any] | None = None) -
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -77,8 +77,8 @@ def compare(record: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]
             changed.append((name, _ident(wmod), _ident(nmod)))
     if changed:
         regs.append(_reg("attest.nvfs.modules", "storage modules",
-                         "; ".join(f"{n} {a}" for n, a, _ in changed),
-                         "; ".join(f"{n} {b}" for n, _, b in changed),
+                         "; ".join(f"{c[0]} {c[1]}" for c in changed),
+                         "; ".join(f"{c[0]} {c[2]}" for c in changed),
                          "load the verified GDS build (mlnx-nvme), then " + VERIFY_FIX))
     wc, nc = was["cufile"], now["cufile"]
     if wc.get("present") != nc.get("present") or wc.get("sha256") != nc.get("sha256"):
@@ -94,7 +94,7 @@ def compare(record: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]
     if wm and wm.get("target"):
         same = bool(nm) and nm.get("target") == wm.get("target") and all(
             nm.get(k) == wm.get(k) for k in ("fstype", "source", "options"))
-        if same and str(wm.get("devno") or "").split(":")[0] not in ("0", ""):
+        if same and str(wm.get("devno") or "").split(":", maxsplit=1)[0] not in ("0", ""):
             same = nm.get("devno") == wm.get("devno")
         if not same:
             observed = _mount_text(nm) if nm and nm.get("target") == wm.get("target") else (
@@ -118,5 +118,5 @@ def _digest(c: dict[str, Any]) -> str:
 def _lib(lib: dict[str, Any]) -> str:
     """``libcufile.so.1.15.1 (1234 bytes) in /usr/local/cuda-13.0/...``: the name first."""
     real = str(lib.get("real") or "")
-    folder, _, name = real.rpartition("/")
+    folder, name = real.rpartition("/")[::2]
     return f"{name} ({lib.get('size')} bytes) in {folder}"

@@ -86,7 +86,7 @@ def parse_nvfs_stats(text: str) -> dict[str, Any]:
         if m:
             out["active_process"] = int(m.group(1))
             continue
-        name, _, rest = line.partition(":")
+        name, rest = line.partition(":")[::2]
         key = {"reads": ("readMiB", "read_mib"), "writes": ("writeMiB", "write_mib")}.get(
             name.strip().lower())
         if key:

@@ -374,7 +374,7 @@ _MOUNT_FIELDS = {"target": _OPT_STR, "devno": _OPT_STR, "fstype": _OPT_STR, "sou
 
 
 def _check_fields(doc: dict[str, Any], fields: dict[str, tuple[type, ...]], where: str,
-           optional: bool = False) -> None:
+                  optional: bool = False) -> None:
     for name, types in fields.items():
         if name not in doc:
             if optional:
@@ -509,4 +509,3 @@ def write_record(node: Node, record: dict[str, Any], path: str = RECORD_PATH) ->
     except OSError:
         pass
     return path
-

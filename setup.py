@@ -22,6 +22,9 @@ SHARED = tuple(f"plugins/module_utils/{name}" for name in
                 "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py", "kernel_elf.py", "kernel_boot.py"))
 # the network filesystems' capability table and its rules
 SHARED += ("plugins/module_utils/netfs_rules.py", "plugins/module_utils/netfs_caps.json")
+# the node-side attest
+SHARED += tuple(f"plugins/module_utils/{name}" for name in
+               ("attest.py", "attest_state.py", "attest_compare.py", "attest_counters.py"))
 
 
 class BuildPyWithCollectionSchema(build_py):

@@ -34,6 +34,8 @@ _HELP = {
     "export": "print a training job's GDS settings (DeepSpeed aio block, kvikio env)",
     "report": "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile",
     "exec-nodes": "check the execution nodes of --executor ssh against this controller",
+    "attest": "on a node: is it still in the state its last verify proved? (no SSH, no I/O "
+              "test)",
 }
 
 

@@ -5,7 +5,9 @@ Some knowledge lives once, in the collection's plugins/module_utils/, because th
 how cufile.json's comments are stripped (cufile_json.py) and how kmod reads modprobe.d
 (modprobe_conf.py), which GRUB entry boots next (kernel_boot.py, which kernel_gate.py loads
 from beside it with kernel_elf.py), and what GDS needs per network filesystem (netfs_caps.json,
-read through netfs_rules.py). The wheel carries
+read through netfs_rules.py). The node-side attest (attest*.py) lives there too: the role
+``attest`` installs it on nodes, ``provisioner attest`` and ``verify`` (its record) run the same
+files. The wheel carries
 build-time copies in provisioner/_collection/ (setup.py); a checkout reads
 plugins/module_utils/ directly.
 """
@@ -24,6 +26,8 @@ SHARED_FILES: tuple[str, ...] = ("cufile_schema.py", "cufile_schema.json", "modp
                                  "kernel_boot.py")
 # the network filesystems' capability table and its rules (netfs_rules.py reads the JSON)
 SHARED_FILES += ("netfs_rules.py", "netfs_caps.json")
+# the node-side attest (the role gdsfleet.gds.attest installs the same files on nodes)
+SHARED_FILES += ("attest.py", "attest_state.py", "attest_compare.py", "attest_counters.py")
 
 # verify evaluates nodes in parallel threads: a module is in sys.modules before its code has run
 # (exec_module needs that), so a second thread must wait for the first to finish loading it.

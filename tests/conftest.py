@@ -45,6 +45,20 @@ TESTING_DOC = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
 _documented: set[str] | None = None
 
 
+@pytest.fixture(autouse=True)
+def _attest_record_off_this_machine(request: pytest.FixtureRequest,
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``verify`` writes the node's record for attest (issue 44); a test that verifies THIS
+    machine (``--local``, loopback SSH) must not leave one in its /var/lib/gdsfleet: such tests
+    (no container, fleet or molecule marker) get a temporary place through the operator's own
+    knob, GDSFLEET_ATTEST_RECORD (subprocesses inherit it). Lab nodes keep the real path."""
+    if any(request.node.get_closest_marker(m) for m in ("container", "fleet", "molecule")):
+        return
+    monkeypatch.setenv("GDSFLEET_ATTEST_RECORD",
+                       str(tmp_path_factory.getbasetemp() / "attest-record" / "verified.json"))
+
+
 def documented_slow_tests() -> set[str]:
     """Node ids (without parameters) in docs/testing.md's table of the slowest tests."""
     global _documented

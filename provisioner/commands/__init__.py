@@ -17,4 +17,5 @@ COMMANDS: dict[str, str] = {
     "export": "export",
     "report": "report",
     "exec-nodes": "exec_nodes",
+    "attest": "attest",
 }

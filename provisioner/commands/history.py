@@ -1,10 +1,13 @@
-"""``provisioner history NODE``: one node's verifications, newest first, from the ledger."""
+"""``provisioner history NODE``: one node's verifications, newest first, from the ledger, then
+the job proofs its attest kept (``status --attest`` brings them in: which path each job's bytes
+took, issue 44)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any
 
 from provisioner.commands.status import add_ledger_arguments, note_text, split_checks
 from provisioner.errors import UsageError
@@ -36,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
     with open_read_only(location) as ledger:  # never creates anything
         records = ledger.history(args.node, args.limit)
-        known = [] if records else [str(x["node"]) for x in ledger.latest()]
+        jobs = ledger.job_proofs(args.node, args.limit)
+        known = [] if records or jobs else [str(x["node"]) for x in ledger.latest()]
     if args.json:
         for r in records:
             r.pop("report", None)
@@ -44,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
         # another writer's row may hold NaN: strict JSON out, whatever the ledger holds
         json.dump(finite_document({"ledger": display_url(location), "node": args.node,
-                                   "history": records}),
+                                   "history": records, "jobs": jobs}),
                   sys.stdout, indent=2, allow_nan=False, default=str)
         sys.stdout.write("\n")
         return int(Exit.OK)
     out = sys.stdout
-    if not records:
+    if not records and not jobs:
         import difflib
 
         close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
@@ -68,12 +72,14 @@ def run(args: argparse.Namespace) -> int:
         rows.append([printable(c) for c in (
             str(r["at"])[:19].replace("T", " "), str(r["run_id"]), node_result(r),
             str(r["route"] or "-"), str(r["path_taken"] or "-"), note)])
-    widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(c[i]) for c in rows)]) for i, h in enumerate(headers)]
     out.write(ledger_line(location) + "\n")
     out.write(printable(f"{args.node}: {len(rows)} newest verification(s)") + "\n")
     for cells in [headers, *rows]:
         out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
                    + "  " + cells[-1]).rstrip() + "\n")
+    if jobs:
+        print_jobs(out, jobs)
     if args.checks:
         for r in records:
             out.write(printable(f"\n{r['at']} (run {r['run_id']}):", multiline=True) + "\n")
@@ -81,3 +87,25 @@ def run(args: argparse.Namespace) -> int:
                 out.write(printable(f"  {str(c['status']).upper():4} {c['id']}: "
                                     f"{c['message'] or ''}") + "\n")
     return int(Exit.OK)
+
+
+def print_jobs(out: Any, jobs: list[dict[str, Any]]) -> None:
+    """The node's job proofs, newest first: which path each job's bytes took."""
+    def size(n: Any) -> str:
+        return "-" if not isinstance(n, int) else f"{n / (1 << 20):.0f} MiB"
+
+    headers = ["JOB", "ENDED", "PATH", "NVFS", "P2PDMA", "COMPAT", "WHY"]
+    rows = []
+    for j in jobs:
+        d = j.get("detail") or {}
+        b = d.get("bytes") or {}
+        rows.append([printable(str(c)) for c in (
+            j.get("job"), str(j.get("checked_at") or "")[:19].replace("T", " "), j.get("status"),
+            size(b.get("nvfs")), size(b.get("p2pdma")), size(b.get("compat")),
+            d.get("why") or "")])
+    widths = [max(len(h), *(len(c[i]) for c in rows)) for i, h in enumerate(headers)]
+    out.write(f"\n{len(rows)} newest job proof(s) (whole-node nvidia-fs counters: exact for "
+              "exclusive jobs)\n")
+    for cells in [headers, *rows]:
+        out.write(("  ".join(c.ljust(widths[i]) for i, c in enumerate(cells[:-1]))
+                   + "  " + cells[-1]).rstrip() + "\n")

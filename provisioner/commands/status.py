@@ -1,8 +1,12 @@
 """``provisioner status``: the latest compliance state of every node in the ledger, with drift.
 
 Drift: a node whose latest record differs from its last compliant one (compliance lost, route
-changed, different failing/warning checks, or unreachable since). Exit 0 unless
-``--fail-on-drift`` is given and some node drifted (then 1).
+changed, different failing/warning checks, or unreachable since), or whose attest found it
+regressed since its latest verification. Plain ``status`` reads the ledger only (offline,
+fast); ``--attest`` first asks every node of ``-i INVENTORY`` over SSH for its attest
+(``gdsfleet-attest --json``, sent bundled: nothing installed needed) and the job proofs it kept,
+and records them in the ledger (issue 44). Exit 0 unless ``--fail-on-drift`` is given and some
+node drifted (then 1); with ``--attest``, 2 when a node could not be reached.
 """
 
 from __future__ import annotations
@@ -46,6 +50,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drift", action="store_true", help="show only nodes that drifted")
     p.add_argument("--fail-on-drift", action="store_true",
                    help="exit 1 when any node drifted (for cron/CI)")
+    p.add_argument("--attest", action="store_true",
+                   help="first ask every node of -i INVENTORY over SSH whether it regressed "
+                        "since its verify (attest, no I/O test) and record the answers and the "
+                        "nodes' job proofs in the ledger; without it status never connects")
+    p.add_argument("-l", "--limit", metavar="PATTERN",
+                   help="with --attest: Ansible host pattern selecting nodes of the inventory")
+    p.add_argument("--parallel", "-f", type=int, default=32, metavar="N",
+                   help="with --attest: nodes asked at once (default 32)")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="with --attest: TCP connect timeout (default 10)")
 
 
 def open_ledger(args: argparse.Namespace) -> LedgerQueries:
@@ -113,8 +127,19 @@ def note_text(failing: list[str], warnings: list[str], drift: list[str] | None =
 
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
+    unreachable: list[str] = []
+    if getattr(args, "attest", False):
+        # the one part of status that writes (attestations only), in the attest command
+        from provisioner.commands.attest import pull_fleet
+
+        unreachable = pull_fleet(args, location)
+    elif getattr(args, "limit", None):
+        from provisioner.errors import UsageError
+
+        raise UsageError("--limit selects the nodes --attest asks: add --attest")
     with open_read_only(location) as ledger:  # never creates anything
-        rows = [_row(x) for x in ledger.latest()]
+        attests = ledger.latest_attestations()
+        rows = [with_attest(_row(x), attests.get(str(x["node"]))) for x in ledger.latest()]
     if args.drift:
         rows = [r for r in rows if r["drift"]]
     drifted = sum(1 for r in rows if r["drift"])
@@ -127,7 +152,33 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print_table(rows, location)
+    if unreachable:
+        sys.stderr.write(printable(f"provisioner status: {len(unreachable)} node(s) not asked: "
+                                   f"{'; '.join(unreachable[:10])}") + "\n")
+        return int(Exit.UNREACHABLE)
     return int(Exit.NOT_COMPLIANT) if args.fail_on_drift and drifted else int(Exit.OK)
+
+
+def with_attest(row: dict[str, Any], attestation: dict[str, Any] | None) -> dict[str, Any]:
+    """The row with the node's newest attest; a regression since its latest verification is
+    drift (the rollout reconciles it: provisioner/rollout/planner.py)."""
+    from provisioner.store.queries import attest_drift
+
+    if attestation is None:
+        row["attest"] = None
+        return row
+    detail = attestation.get("detail") or {}
+    row["attest"] = {"status": attestation.get("status"), "at": attestation.get("at"),
+                     "checked_at": attestation.get("checked_at"),
+                     "regressions": [r.get("id") for r in detail.get("regressions") or []],
+                     "error": detail.get("error")}
+    drift = attest_drift(row.get("at"), attestation)
+    if drift is not None:
+        what = ("regressed since verified" if drift["status"] == "regressed"
+                else "no usable record on the node")
+        ids = ", ".join(i for i in drift["regressions"] if i) or "?"
+        row["drift"] = [*(row.get("drift") or []), f"{what}: {ids} (attest {drift['at'][:19]})"]
+    return row
 
 
 def print_table(rows: list[dict[str, Any]], location: str) -> None:

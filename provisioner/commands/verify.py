@@ -65,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "(/etc/kubernetes/node-feature-discovery/features.d/gdsfleet-gds) on "
                            "every node, so NFD labels it gds.feature.node.kubernetes.io/...; "
                            "per node also with the inventory variable gds_nfd_features: true")
+    what.add_argument("--no-attest-record", action="store_true",
+                      help="do not write the node's record for `attest` "
+                           "(/var/lib/gdsfleet/verified.json; written by default, as root or "
+                           "through sudo -n, for every verdict: docs/operations.md)")
     what.add_argument("--nfd-ttl", type=float, default=168.0, metavar="HOURS",
                       help="hours after which NFD ignores the feature file (# +expiry-time; "
                            "default 168, 0 = never)")
@@ -297,6 +301,11 @@ def run(args: argparse.Namespace) -> int:
             # node text (an error quoting a banner) is shown escaped, on one line
             sys.stderr.write(printable(f"[{done}/{len(items)}] {res.name}: {word}{why}") + "\n")
             sys.stderr.flush()
+        rec = doc.get("attest_record")
+        if isinstance(rec, dict) and not rec.get("written"):  # even with -q: never silent
+            sys.stderr.write(printable(f"{res.name}: attest record {rec.get('path')} NOT "
+                                       f"written: {rec.get('error')}; `attest` on this node will "
+                                       f"say so (--no-attest-record skips it)") + "\n")
         feat = doc.get("nfd")
         if isinstance(feat, dict) and not feat.get("written"):  # even with -q: never silent
             sys.stderr.write(printable(f"{res.name}: NFD feature file {feat.get('path')} NOT "
@@ -310,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
             except ConnectError as exc:
                 return unreachable_doc(node_name(n), utcnow(), time.monotonic(), str(exc))
             req = NodeRequest.for_node(n, node_name(n), io, nfd=args.nfd,
-                                       nfd_ttl_hours=args.nfd_ttl)
+                                       nfd_ttl_hours=args.nfd_ttl,
+                                       attest_record=not args.no_attest_record)
             close = getattr(runner, "close", None)
             # SIGINT/SIGTERM: its SSH connection closes at once; the node's I/O test sees it
             # and stops, removing its test file (provisioner/remote/iotest.py)

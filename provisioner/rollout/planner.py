@@ -202,6 +202,11 @@ def node_action(
         return Action.PROVISION, "no record in the ledger"
     if not rec.get("reachable", True):
         return Action.PROVISION, "unreachable at last verification"
+    drift = rec.get("attest")
+    if rec.get("compliant") and drift and drift.get("status") == "regressed":
+        # attest found it changed since it was verified (status --attest): drift, reconciled
+        ids = ", ".join(drift.get("regressions") or []) or "?"
+        return Action.PROVISION, f"regressed since verified ({ids}; attest at {drift.get('at')})"
     if rec.get("compliant"):
         return Action.VERIFY, f"compliant at {rec.get('at', '?')}"
     return Action.PROVISION, "not compliant at last verification"

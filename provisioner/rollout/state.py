@@ -53,7 +53,22 @@ def seed_pending(ledger: Any, run_id: str, plan: Plan) -> None:
 
 
 def latest_states(ledger: Any) -> dict[str, dict[str, Any]]:
-    """``{node: {"node", "compliant", "reachable", "at", "route"}}`` from the latest records."""
+    """``{node: {"node", "compliant", "reachable", "at", "route"}}`` from the latest records,
+    with ``attest`` where the node's newest attest found it regressed since (issue 44)."""
+    states = _latest_verifications(ledger)
+    attests = getattr(ledger, "latest_attestations", None)
+    if attests is not None:
+        from provisioner.store.queries import attest_drift
+
+        for node, row in attests().items():
+            if node in states:
+                drift = attest_drift(states[node].get("at"), row)
+                if drift is not None:
+                    states[node] = {**states[node], "attest": drift}
+    return states
+
+
+def _latest_verifications(ledger: Any) -> dict[str, dict[str, Any]]:
     if getattr(ledger, "engine", None) is None:
         return {r["node"]: r for r in ledger.latest()}
     store = _store()

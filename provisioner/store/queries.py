@@ -23,6 +23,7 @@ from provisioner.errors import LedgerError
 from provisioner.store.engine import LedgerBase
 from provisioner.store.schema import (
     _loads,
+    attestations,
     check_results,
     dispatches,
     node_steps,
@@ -31,6 +32,22 @@ from provisioner.store.schema import (
     verifications,
 )
 from provisioner.verify.model import STATUSES
+
+
+def attest_drift(verification_at: str | None,
+                 attestation: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a node's newest attest says since its latest verification (both times are the
+    controller's, so they compare): ``{"status", "at", "regressions": [ids]}`` when it found
+    the node regressed or without a usable record after that verification; None when it found
+    nothing, could not judge, or is older (pure)."""
+    if not attestation or attestation.get("status") not in ("regressed", "unverified"):
+        return None
+    at = str(attestation.get("at") or "")
+    if verification_at and at <= str(verification_at):
+        return None
+    regs = (attestation.get("detail") or {}).get("regressions") or []
+    return {"status": attestation["status"], "at": at,
+            "regressions": [str(r.get("id")) for r in regs if isinstance(r, Mapping)]}
 
 
 class LedgerQueries(LedgerBase):
@@ -109,6 +126,44 @@ class LedgerQueries(LedgerBase):
                 }
                 for r in conn.execute(q).mappings()
             ]
+
+    # ------------------------------------------------------------------ attestations
+    def _attestation_rows(self, q: Any) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            if "attestations" not in set(inspect(conn).get_table_names()):
+                return []  # a ledger from before issue 44: nothing attested
+            out = []
+            for r in conn.execute(q).mappings():
+                d = dict(r)
+                d["detail"] = _loads(d.pop("detail_json"),
+                                     f"attestations {d['id']} detail_json") or {}
+                out.append(d)
+            return out
+
+    def latest_attestations(self) -> dict[str, dict[str, Any]]:
+        """The newest attest of every node that has one (``status --attest``)."""
+        a = attestations
+        last = (select(func.max(a.c.id).label("aid")).where(a.c.kind == "attest")
+                .group_by(a.c.node).subquery())
+        rows = self._attestation_rows(select(a).where(a.c.id.in_(select(last.c.aid))))
+        return {str(r["node"]): r for r in rows}
+
+    def newest_job_proofs(self) -> dict[str, str]:
+        """``{node: checked_at}`` of each node's newest job proof (what to ask for after)."""
+        a = attestations
+        with self._read() as conn:
+            if "attestations" not in set(inspect(conn).get_table_names()):
+                return {}
+            q = (select(a.c.node, func.max(a.c.checked_at)).where(a.c.kind == "job")
+                 .group_by(a.c.node))
+            return {str(n): str(at) for n, at in conn.execute(q) if at}
+
+    def job_proofs(self, node: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The node's job proofs, newest first (at most ``limit``)."""
+        a = attestations
+        return self._attestation_rows(
+            select(a).where(a.c.node == node, a.c.kind == "job")
+            .order_by(a.c.checked_at.desc(), a.c.id.desc()).limit(limit))
 
     # ------------------------------------------------------------------ views
     def latest(self) -> list[dict[str, Any]]:

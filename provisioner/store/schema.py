@@ -8,6 +8,7 @@ Tables
   ``node_steps``      where each node of a run stands now (one row per run and node)
   ``step_events``     append-only: every step change, for the audit trail
   ``dispatches``      one shard of a wave sent to an execution node (``--executor ssh``)
+  ``attestations``    append-only: what each node's attest said, and its job proofs
 
 ``verifications`` and ``step_events`` refuse UPDATE and DELETE (triggers), so history cannot be
 rewritten through the ledger's own database either.
@@ -158,9 +159,28 @@ dispatches = Table(
     Column("detail_json", Text, nullable=False, default="{}"),
     Index("ix_dispatches_run", "run_id", "wave"),
 )
-_OPTIONAL_TABLES = frozenset({"dispatches"})
 
-_APPEND_ONLY = ("verifications", "check_results", "step_events")
+# What a node's attest said (``status --attest`` pulls it over SSH; issue 44): kind "attest"
+# (status ok / regressed / unverified / error, the node's regressions in detail_json) and kind
+# "job" (one job proof the node kept, status = its verdict). ``at`` is when the controller
+# recorded it, ``checked_at`` the node's own time of it (UTC, as ``at``). Append-only; added
+# without a version bump, like ``dispatches``.
+attestations = Table(
+    "attestations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(255), nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("at", String(32), nullable=False),
+    Column("checked_at", String(32)),
+    Column("status", String(16), nullable=False),
+    Column("job", String(64)),
+    Column("detail_json", Text, nullable=False, default="{}"),
+    Index("ix_attestations_node_id", "node", "id"),
+)
+_OPTIONAL_TABLES = frozenset({"dispatches", "attestations"})
+
+_APPEND_ONLY = ("verifications", "check_results", "step_events", "attestations")
 
 
 def _dumps(value: Any) -> str:
@@ -267,6 +287,7 @@ def migrate(conn: Connection, location: str) -> None:
         conn.execute(
             insert(ledger_meta).values(key="schema_version", value=str(SCHEMA_VERSION))
         )
+    if version is None or "attestations" not in tables:  # a table added since: its triggers
         append_only_triggers(conn)
 
 

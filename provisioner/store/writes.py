@@ -21,6 +21,7 @@ from provisioner.store.schema import (
     STEPS,
     _dumps,
     _text,
+    attestations,
     check_results,
     dispatches,
     new_run_id,
@@ -30,6 +31,25 @@ from provisioner.store.schema import (
     utcnow,
     verifications,
 )
+
+# --- attestations (issue 44) -------------------------------------------------------------------
+_ATTEST_STATUSES = ("ok", "regressed", "unverified", "error")
+_JOB_VERDICTS = ("direct", "compat", "mixed", "no-io", "unknown")
+
+
+def epoch_iso(value: Any) -> str | None:
+    """A node's epoch seconds as the ledger's UTC text (None when it is not a sane time)."""
+    from datetime import datetime, timezone
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return datetime.fromtimestamp(float(value), timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 
 
 class LedgerWrites(LedgerBase):
@@ -198,3 +218,43 @@ class LedgerWrites(LedgerBase):
         with self._write() as conn:
             conn.execute(update(dispatches).where(dispatches.c.id == dispatch_id).values(**values))
 
+    # ------------------------------------------------------------------ attestations
+    def record_attestation(self, node: str, doc: Mapping[str, Any] | None, *,
+                           jobs: Sequence[Mapping[str, Any]] = (),
+                           error: str | None = None) -> int:
+        """The node's attest document (or the ``error`` that kept it from answering) and the
+        job proofs it kept that the ledger does not hold yet; returns the job proofs added."""
+        from sqlalchemy import select
+
+        doc = dict(doc or {})
+        status = str(doc.get("status")) if doc.get("status") in _ATTEST_STATUSES else "error"
+        regs = [{k: _text(str(r.get(k, ""))[:256]) for k in ("id", "expected", "observed",
+                                                                 "fix")}
+                for r in (doc.get("regressions") or [])[:64] if isinstance(r, Mapping)]
+        detail = redact_mapping({"regressions": regs, "error": error,
+                                 "verified_at": epoch_iso(doc.get("verified_at")),
+                                 "simulated": doc.get("simulated") is True,
+                                 "route": _text(str(doc.get("route") or "")[:32]) or None})
+        added = 0
+        with self._write() as conn:
+            conn.execute(insert(attestations).values(
+                node=_text(node), kind="attest", at=utcnow(),
+                checked_at=epoch_iso(doc.get("checked_at")), status=status, job=None,
+                detail_json=_dumps(detail)))
+            seen = {(r.job, r.checked_at) for r in conn.execute(
+                select(attestations.c.job, attestations.c.checked_at).where(
+                    attestations.c.node == node, attestations.c.kind == "job"))}
+            for job in list(jobs)[:500]:
+                jid = _text(str(job.get("id") or "")[:64])
+                until = epoch_iso(job.get("until"))
+                if not jid or until is None or (jid, until) in seen:
+                    continue
+                seen.add((jid, until))
+                verdict = job.get("verdict") if job.get("verdict") in _JOB_VERDICTS else "unknown"
+                conn.execute(insert(attestations).values(
+                    node=_text(node), kind="job", at=utcnow(), checked_at=until,
+                    status=verdict, job=jid, detail_json=_dumps(redact_mapping(
+                        {k: job.get(k) for k in ("since", "pid", "scope", "baseline", "nvfs",
+                                                 "cufile_stats", "cufile_log", "bytes", "why")}))))
+                added += 1
+        return added

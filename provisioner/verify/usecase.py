@@ -34,10 +34,13 @@ class NodeRequest:
     name: str
     io: Any  # IoTestOptions (or a stand-in with the same fields)
     nfd_ttl_hours: float | None = None  # None: no NFD feature file; 0: one that never expires
+    attest_record: bool = True  # write the node's record for attest (verify --no-attest-record)
+    simulated: bool = False  # the inventory's gdsfleet_simulated (said in the record too)
 
     @classmethod
     def for_node(cls, node: Any, name: str, io: Any, *, nfd: bool = False,
-                 nfd_ttl_hours: float = DEFAULT_TTL_HOURS) -> NodeRequest:
+                 nfd_ttl_hours: float = DEFAULT_TTL_HOURS,
+                 attest_record: bool = True) -> NodeRequest:
         """The request for an inventory node (or a bare host name with ``--local``):
         the inventory's ``gds_verify_io_size`` sizes its I/O test unless ``--io-size`` was
         given, and ``nfd`` or the inventory's ``gds_nfd_features`` asks for the feature file."""
@@ -45,12 +48,20 @@ class NodeRequest:
         if for_node is not None:
             io = for_node(getattr(node, "verify_io_size", None))
         wants_nfd = nfd or truthy((getattr(node, "vars", None) or {}).get("gds_nfd_features"))
-        return cls(name=name, io=io, nfd_ttl_hours=nfd_ttl_hours if wants_nfd else None)
+        return cls(name=name, io=io, nfd_ttl_hours=nfd_ttl_hours if wants_nfd else None,
+                   attest_record=attest_record, simulated=getattr(node, "simulated", False) is True)
 
     def options(self) -> dict[str, Any]:
-        """The keyword options of :func:`verify_one` for this request (none when no feature
-        file is asked for)."""
-        return {} if self.nfd_ttl_hours is None else {"nfd_ttl_hours": self.nfd_ttl_hours}
+        """The keyword options of :func:`verify_one` for this request (only those that differ
+        from its defaults: none for a plain verification)."""
+        out: dict[str, Any] = {}
+        if self.nfd_ttl_hours is not None:
+            out["nfd_ttl_hours"] = self.nfd_ttl_hours
+        if not self.attest_record:
+            out["attest_record"] = False
+        if self.simulated:
+            out["simulated"] = True
+        return out
 
 
 def unreachable_doc(name: str, started: str, t0: float, error: str, *, internal: bool = False
@@ -79,9 +90,12 @@ def internal_error(exc: BaseException | None) -> str:
 
 
 def verify_one(runner: Any, name: str, policy: Any, io: Any, *,
-               nfd_ttl_hours: float | None = None) -> dict[str, Any]:
+               nfd_ttl_hours: float | None = None, attest_record: bool = True,
+               simulated: bool = False) -> dict[str, Any]:
     """Verify one node through ``runner``; never raises for the node's own failures.
-    ``nfd_ttl_hours`` not None: also write the node's NFD feature file (0 = no expiry)."""
+    ``nfd_ttl_hours`` not None: also write the node's NFD feature file (0 = no expiry).
+    ``attest_record``: write the node's record for ``attest`` (provisioner/verify/attest_record.py;
+    ``simulated`` is said in it)."""
     from provisioner.verify import verify_node
 
     started, t0 = utcnow(), time.monotonic()
@@ -91,6 +105,10 @@ def verify_one(runner: Any, name: str, policy: Any, io: Any, *,
             connect()
         report = verify_node(runner, name, policy, io)
         doc = dict(report.to_dict())
+        if attest_record and doc.get("reachable"):
+            from provisioner.verify import attest_record as record
+
+            doc["attest_record"] = record.publish(runner, name, doc, simulated=simulated)
         if nfd_ttl_hours is not None and report.reachable:
             from provisioner.verify import nfd
 

@@ -17,6 +17,11 @@ and the ledger), then each node is put into its state:
 `verify --gdsio` on 01 (direct) and 04 (compat, allow_compat_mode false) runs the gds-tools gdsio
 stand-in twice per node (GPU Direct, CPU only); a policy floor above the ratio fails it.
 
+Between the runs, attest (issue 44) on node 01: the role installs gdsfleet-attest, which finds
+the node as its verify recorded it (exit 0), then nvidia_fs unloaded through the stand-in
+(exit 1, the line and its fix), then loaded again; `status --attest` brings the answers of 01
+and 03 (whose verify failed) into the ledger.
+
 A second run, after node 01 loses nvidia_fs, shows drift for 01 only.
 """
 
@@ -325,6 +330,60 @@ def test_html_and_textfile_of_the_real_run(first_run: dict[str, Any],
     assert values((out / "again" / "gdsfleet.prom").read_text()) == live
     page = (out / "report.html").read_text()
     assert f'id="failing-{names[2]}"' in page and f'id="failing-{names[0]}"' not in page
+
+
+def _attest_role(inventory: str, limit: str) -> None:
+    """The role gdsfleet.gds.attest from this checkout, as site.yml runs it."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from tests.harness import lab as labmod
+
+    with tempfile.TemporaryDirectory(prefix="gdsfleet-attest-") as tmp:
+        play = Path(tmp) / "attest.yml"
+        play.write_text("- hosts: all\n  gather_facts: false\n  roles:\n    - attest\n")
+        env = labmod.podman_env()
+        env.update(ANSIBLE_ROLES_PATH=str(labmod.ROOT / "roles"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_PIPELINING="1")
+        proc = subprocess.run([str(labmod.ROOT / ".venv" / "bin" / "ansible-playbook"), "-i",
+                               inventory, str(play), "--limit", limit, "-e",
+                               "ansible_python_interpreter=/usr/bin/python3"],
+                              capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_attest_between_the_runs(first_run: dict[str, Any], fleet: Any,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 44 on a lab node: verify left its record; gdsfleet-attest (installed by its role)
+    says ok, then names the regression and its fix, then ok again; status --attest records 01
+    (ok) and 03 (last verify not compliant).
+    Slow: one run of the role on a lab node and a few commands in it (about 30 s idle)."""
+    names, ledger = first_run["names"], str(first_run["ledger"])
+    assert first_run["by"][names[0]]["attest_record"]["written"] is True
+    _attest_role(str(fleet.inventory), names[0])
+    ok = fleet.exec(names[0], "/usr/local/sbin/gdsfleet-attest", check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith(f"ok: {names[0]} as verified at ")
+    assert "[SIMULATED node]" in ok.stdout
+    fleet.exec(names[0], "modprobe -r nvidia_fs")
+    try:
+        bad = fleet.exec(names[0], "/usr/local/sbin/gdsfleet-attest", check=False)
+        assert bad.returncode == 1, bad.stdout + bad.stderr
+        assert bad.stdout.splitlines() == [
+            "attest.nvfs.loaded: nvidia-fs, loaded -> not loaded; fix: `modprobe nvidia_fs` (see "
+            "`dkms status`), then `provisioner verify` the node"]
+    finally:
+        fleet.exec(names[0], "modprobe nvidia_fs")
+    assert fleet.exec(names[0], "/usr/local/sbin/gdsfleet-attest", check=False).returncode == 0
+    capsys.readouterr()
+    rc = main(["status", "-i", str(fleet.inventory), "--ledger", ledger, "--attest", "--limit",
+               f"{names[0]},{names[2]}", "--json"])
+    rows = {n["node"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert rc == Exit.OK
+    assert rows[names[0]]["attest"]["status"] == "ok"
+    assert rows[names[2]]["attest"]["status"] == "unverified"
+    assert rows[names[2]]["attest"]["regressions"] == ["attest.unverified"]
 
 
 def test_second_run_shows_drift(first_run: dict[str, Any], fleet: Any,

@@ -19,7 +19,8 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 SHARED = tuple(f"plugins/module_utils/{name}" for name in
                ("cufile_schema.py", "cufile_schema.json", "modprobe_conf.py",
-                "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py", "kernel_elf.py", "kernel_boot.py"))
+                "cufile_json.py", "nvfs_symbols.py", "kernel_gate.py", "kernel_elf.py",
+                "kernel_boot.py"))
 # the network filesystems' capability table and its rules
 SHARED += ("plugins/module_utils/netfs_rules.py", "plugins/module_utils/netfs_caps.json")
 # the node-side attest

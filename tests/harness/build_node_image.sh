@@ -31,8 +31,14 @@ work=$(mktemp -d /var/tmp/gdsfleet-rootfs.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 rootfs=$work/rootfs
 echo "debootstrap bookworm from $mirror into $rootfs"
+# The cluster infrastructure a GPU node of a Slurm cluster has before gdsfleet comes (Debian 12's
+# own packages, none of them gdsfleet's to install): slurmd and munge, node_exporter; and
+# slurmctld with the Slurm client commands, for the lab's one-node cluster, whose controller runs
+# on the node itself (tests/molecule/test_slurm_prometheus_lab.py). No daemon of them runs unless
+# a test starts it (PID 1 is gdsfleet-sim-init, not systemd).
+cluster=slurmd,slurmctld,slurm-client,munge,prometheus-node-exporter
 debootstrap --variant=minbase \
-  --include=python3,python3-apt,openssh-server,kmod,xfsprogs,e2fsprogs,util-linux,gnupg,ca-certificates,mdadm,procps,iproute2,sudo,udev,pciutils,less \
+  --include=python3,python3-apt,openssh-server,kmod,xfsprogs,e2fsprogs,util-linux,gnupg,ca-certificates,mdadm,procps,iproute2,sudo,udev,pciutils,less,$cluster \
   bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
 
 # Stand-in hardware layer (see docs/testing.md).
@@ -44,7 +50,9 @@ find "$rootfs/usr/local" -name __pycache__ -prune -exec rm -rf {} +
 gcc -O2 -shared -fPIC -Wall -Wextra -Werror -U_FORTIFY_SOURCE \
   -o "$rootfs/usr/local/lib/gdsfleet-sim/libgdsfleet-uname.so" \
   "$here/node/usr/local/lib/gdsfleet-sim/uname-shim.c"
-chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_*; mkdir -p /run/sshd /root/.ssh /etc/modules-load.d; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /etc/apt/sources.list; rm -f /etc/apt/sources.list.d/*'
+# No secret in the image: the SSH host keys and the munge key its postinst made are removed; a
+# node makes its host keys at boot, a test writes the cluster's munge key (one per cluster).
+chroot "$rootfs" /bin/sh -c 'rm -f /etc/ssh/ssh_host_* /etc/munge/munge.key; mkdir -p /run/sshd /root/.ssh /etc/modules-load.d; chmod 700 /root/.ssh; apt-get clean; rm -rf /var/lib/apt/lists/*; rm -f /etc/apt/sources.list; rm -f /etc/apt/sources.list.d/*'
 
 echo /usr/local/lib/gdsfleet-sim/libgdsfleet-uname.so > "$rootfs/etc/ld.so.preload"
 

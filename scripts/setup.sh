@@ -20,6 +20,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Prometheus: promtool for the alert rules' unit tests (monitoring/prometheus) and the server
+# for the lab test that sees an alert fire (tests/molecule/test_slurm_prometheus_lab.py, on a
+# loopback port of its own). Only the programs are wanted: the package's own service is neither
+# started by this install (a policy-rc.d for this one apt call, where the machine has none)
+# nor enabled at boot, so nothing listens on 9090 because of this script.
+if ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "ok installed"; then
+  echo "== apt: installing prometheus (its service not started)"
+  [ ${#missing[@]} -gt 0 ] || apt-get update -qq
+  policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs prometheus\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  if [ -n "$policy" ]; then rm -f "$policy"; trap - EXIT; fi
+  if [ -d /run/systemd/system ]; then systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi
+fi
+
 # The node image (debootstrap from the Debian mirror, about a minute on a fresh machine) needs
 # only the apt packages: it builds in the background while pip fills .venv and the stand-in
 # repository is made, and is waited for at the end.

@@ -18,7 +18,7 @@ GALAXY = Path(sys.executable).with_name("ansible-galaxy")
 
 # Top-level entries a Galaxy collection of this project may ship.
 ALLOWED_TOP = {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.rst", "meta",
-               "roles", "playbooks", "plugins", "changelogs", "docs", "tests"}
+               "roles", "playbooks", "plugins", "changelogs", "docs", "tests", "monitoring"}
 
 JUNK = {
     "build/lib/provisioner/cli.py": "print('a copy of the Python package')\n",
@@ -85,7 +85,7 @@ def test_tarball_keeps_every_tracked_content_file(dirty_build: tuple[Path, list[
     _, names = dirty_build
     shipped = set(names)
     content = [p for p in _tracked()
-               if p.split("/", 1)[0] in {"roles", "playbooks", "plugins", "meta"}
+               if p.split("/", 1)[0] in {"roles", "playbooks", "plugins", "meta", "monitoring"}
                and not any(part.startswith(".") for part in p.split("/"))]
     assert content, "no collection content found in git ls-files"
     missing = [p for p in content if p not in shipped]

@@ -1,0 +1,101 @@
+"""The alert rules the collection ships (monitoring/prometheus/gdsfleet.rules.yml): Prometheus's
+own promtool (Debian 12's prometheus package, installed by scripts/setup.sh) checks them and
+runs their unit tests (gdsfleet.rules.test.yml); the metrics they read are ones gdsfleet writes;
+and the unit tests can fail (a rule changed against them fails them). A real Prometheus firing
+them from a node's textfile: tests/molecule/test_slurm_prometheus_lab.py."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.reports.prom import METRICS
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES_DIR = ROOT / "monitoring" / "prometheus"
+RULES = RULES_DIR / "gdsfleet.rules.yml"
+# the unit tests: minutes (rules evaluated every minute) and days (every 10 minutes)
+TESTS = (RULES_DIR / "gdsfleet.rules.test.yml", RULES_DIR / "gdsfleet.rules.days.test.yml")
+# gdsfleet-attest --textfile (the contract of issue 44; plugins/module_utils/attest.py)
+ATTEST_METRICS = {"gdsfleet_attest_ok", "gdsfleet_attest_regressions",
+                  "gdsfleet_attest_regression", "gdsfleet_attest_unverified",
+                  "gdsfleet_attest_verified_timestamp_seconds",
+                  "gdsfleet_attest_timestamp_seconds", "gdsfleet_attest_simulated",
+                  "gdsfleet_nvfs_bytes_total"}
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool is missing: `bash scripts/setup.sh --python-only` installs Debian's "
+                    "prometheus package, which has it")
+    return path
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_promtool(), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def _rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(RULES.read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_promtool_checks_the_rules() -> None:
+    res = _run("check", "rules", RULES.name, cwd=RULES_DIR)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"SUCCESS: {len(_rules())} rules found" in res.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    res = _run("test", "rules", *(t.name for t in TESTS), cwd=RULES_DIR)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("SUCCESS") == len(TESTS)
+
+
+def test_each_alert_has_a_unit_test_severity_and_words() -> None:
+    tested = {t["alertname"] for f in TESTS for case in yaml.safe_load(f.read_text())["tests"]
+              for t in case.get("alert_rule_test", []) if t.get("exp_alerts")}
+    names = [r["alert"] for r in _rules()]
+    assert set(names) == tested == {"GdsfleetNodeRegressed", "GdsfleetGdsFallbackSeen",
+                                    "GdsfleetVerificationStale", "GdsfleetAttestNotRunning",
+                                    "GdsfleetCompatBytesGrowing"}
+    for r in _rules():
+        assert r["labels"]["severity"] in ("critical", "warning"), r["alert"]
+        assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]
+
+
+def test_the_rules_read_only_metrics_gdsfleet_writes() -> None:
+    used = {m for r in _rules() for m in re.findall(r"\bgdsfleet_[a-z0-9_]+", r["expr"])}
+    assert used, "no gdsfleet metric in the rules"
+    assert used <= set(METRICS) | ATTEST_METRICS, used - set(METRICS) - ATTEST_METRICS
+
+
+@pytest.mark.parametrize(("alert", "field", "value"), [
+    ("GdsfleetNodeRegressed", "for", "0m"),          # a blip would page
+    ("GdsfleetGdsFallbackSeen", "expr", 'gdsfleet_node_compliant{io_path="direct"}'),
+    ("GdsfleetVerificationStale", "expr",
+     "time() - gdsfleet_attest_verified_timestamp_seconds > 8 * 86400"),
+    ("GdsfleetAttestNotRunning", "for", "1h"),
+    ("GdsfleetCompatBytesGrowing", "expr",
+     'sum by (instance, op) (rate(gdsfleet_nvfs_bytes_total[30m])) > 0'),  # nvfs bytes too
+])
+def test_the_unit_tests_fail_a_changed_rule(tmp_path: Path, alert: str, field: str,
+                                            value: str) -> None:
+    doc = yaml.safe_load(RULES.read_text())
+    for r in doc["groups"][0]["rules"]:
+        if r["alert"] == alert:
+            r[field] = value
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(doc))
+    for t in TESTS:
+        (tmp_path / t.name).write_text(t.read_text())
+    res = _run("test", "rules", *(t.name for t in TESTS), cwd=tmp_path)
+    assert res.returncode != 0, res.stdout
+    assert f"alertname: {alert}" in res.stdout + res.stderr

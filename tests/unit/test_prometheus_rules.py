@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from provisioner import collection_utils
 from provisioner.reports.prom import METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,12 +24,24 @@ RULES_DIR = ROOT / "monitoring" / "prometheus"
 RULES = RULES_DIR / "gdsfleet.rules.yml"
 # the unit tests: minutes (rules evaluated every minute) and days (every 10 minutes)
 TESTS = (RULES_DIR / "gdsfleet.rules.test.yml", RULES_DIR / "gdsfleet.rules.days.test.yml")
-# gdsfleet-attest --textfile (the contract of issue 44; plugins/module_utils/attest.py)
-ATTEST_METRICS = {"gdsfleet_attest_ok", "gdsfleet_attest_regressions",
-                  "gdsfleet_attest_regression", "gdsfleet_attest_unverified",
-                  "gdsfleet_attest_verified_timestamp_seconds",
-                  "gdsfleet_attest_timestamp_seconds", "gdsfleet_attest_simulated",
-                  "gdsfleet_nvfs_bytes_total"}
+
+
+def _attest_metrics() -> dict[str, set[frozenset[str]]]:
+    """Metric name -> the label-name sets gdsfleet-attest --textfile writes: its own writer
+    (plugins/module_utils/attest.py textfile_text) rendered for a regressed node whose nvidia-fs
+    counts bytes and whose job proofs knew p2pdma and compat bytes, parsed by prometheus_client."""
+    attest = collection_utils.load("attest.py")
+    doc = {"status": "regressed", "verified_at": 1795933500.0, "checked_at": 1795937100.0,
+           "simulated": False,
+           "regressions": [{"id": "attest.nvfs.loaded"}, {"id": "attest.kernel"}]}
+    text = attest.textfile_text(doc, {"rw_stats": True, "read_mib": 3, "write_mib": 5},
+                                {"p2pdma": {"read": 1, "write": 2},
+                                 "compat": {"read": 3, "write": 4}})
+    out: dict[str, set[frozenset[str]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:  # a counter's samples carry its _total name
+            out.setdefault(sample.name, set()).add(frozenset(sample.labels))
+    return out
 
 
 def _promtool() -> str:
@@ -72,10 +86,29 @@ def test_each_alert_has_a_unit_test_severity_and_words() -> None:
         assert r["annotations"]["summary"] and r["annotations"]["description"], r["alert"]
 
 
-def test_the_rules_read_only_metrics_gdsfleet_writes() -> None:
+def test_the_rules_read_only_metrics_and_labels_gdsfleet_writes() -> None:
+    """Every gdsfleet_* metric an expression reads is one that attest's or verify's textfile
+    writer produces, and every label a matcher or `by` names is one that metric carries."""
+    attest = _attest_metrics()
+    assert "gdsfleet_attest_regression" in attest and "gdsfleet_nvfs_bytes_total" in attest
+    assert {frozenset({"path", "op"})} == attest["gdsfleet_nvfs_bytes_total"]
     used = {m for r in _rules() for m in re.findall(r"\bgdsfleet_[a-z0-9_]+", r["expr"])}
     assert used, "no gdsfleet metric in the rules"
-    assert used <= set(METRICS) | ATTEST_METRICS, used - set(METRICS) - ATTEST_METRICS
+    assert used <= set(METRICS) | set(attest), used - set(METRICS) - set(attest)
+    checks = {
+        "gdsfleet_attest_regression": {"check"},
+        "gdsfleet_nvfs_bytes_total": {"path", "op"},
+    }
+    for metric, labels in checks.items():
+        assert any(labels <= ls for ls in attest[metric]), (metric, attest[metric])
+    for r in _rules():
+        for metric, matchers in re.findall(r"\b(gdsfleet_[a-z0-9_]+)\{([^}]*)\}", r["expr"]):
+            named = set(re.findall(r"(\w+)\s*=", matchers))
+            if metric in attest:
+                assert any(named <= ls for ls in attest[metric]), (r["alert"], metric, named)
+        for by in re.findall(r"by \(([^)]*)\)", r["expr"]):
+            assert {b.strip() for b in by.split(",")} <= {"instance", "job", "op", "path",
+                                                            "check", "node"}, by
 
 
 @pytest.mark.parametrize(("alert", "field", "value"), [

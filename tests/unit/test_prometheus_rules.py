@@ -132,3 +132,29 @@ def test_the_unit_tests_fail_a_changed_rule(tmp_path: Path, alert: str, field: s
     res = _run("test", "rules", *(t.name for t in TESTS), cwd=tmp_path)
     assert res.returncode != 0, res.stdout
     assert f"alertname: {alert}" in res.stdout + res.stderr
+
+
+DASHBOARD = ROOT / "monitoring" / "grafana" / "gdsfleet.json"
+
+
+def test_the_grafana_dashboards_queries_parse_and_read_gdsfleets_metrics(tmp_path: Path) -> None:
+    """Each panel's PromQL (Grafana's variables put in as Grafana would) is one promtool
+    accepts (as recording rules) and reads only metrics gdsfleet writes."""
+    import json
+
+    doc = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p["targets"]]
+    assert len(exprs) == len(doc["panels"]) >= 6
+    known = set(METRICS) | set(_attest_metrics())
+    rules = []
+    for i, expr in enumerate(exprs):
+        concrete = expr.replace("$instance", ".*").replace("$__rate_interval", "5m")
+        assert "$" not in concrete, expr
+        used = set(re.findall(r"\bgdsfleet_[a-z0-9_]+", concrete))
+        assert used and used <= known, (expr, used - known)
+        rules.append({"record": f"gdsfleet:dashboard_{i}", "expr": concrete})
+    (tmp_path / "dashboard.rules.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    res = _run("check", "rules", "dashboard.rules.yml", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {p["datasource"]["uid"] for p in doc["panels"]} == {"${datasource}"}

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # gdsfleet: Slurm Prolog, Epilog and HealthCheckProgram over gdsfleet-attest (installed by the
 # role gdsfleet.gds.slurm_gds_health; docs/operations.md "Slurm").
 #

@@ -39,7 +39,9 @@ def add_selection_arguments(p: argparse.ArgumentParser, top: Any = None) -> Any:
                       help=INVENTORY_HELP)
     lead.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
                       help="wave sizes, counts or percentages of the selected nodes; the first "
-                           "is the canary, the last takes the rest (default %(default)s)")
+                           "is the canary, never every node ('all': one wave of every node, no "
+                           "canary); nodes after the last entry form a last wave (default "
+                           "%(default)s)")
     sel.add_argument("-l", "--limit", metavar="PATTERN",
                      help="Ansible host pattern selecting nodes of the inventory (default: all)")
     sel.add_argument("--allow-local-connection", action="store_true",

@@ -172,7 +172,8 @@ class Engine(NodeSteps):
                     if p.name in mid
                 ]
                 rest = [p for p in planned if p.name not in mid]
-                waves.append(Wave(int(w["index"]), tuple(first + rest)))
+                waves.append(Wave(int(w["index"]), tuple(first + rest),
+                                  whole=w.get("whole") is True))
             plan = Plan(spec=str(recorded.get("spec", self.opts.waves)), waves=tuple(waves))
             self._caught = {
                 n: str((steps[n].get("detail") or {}).get("during") or steps[n]["step"])

@@ -61,11 +61,11 @@ class PlainObserver:
         self.total = len(plan)
         self.finished = len(done)
         what = "resuming" if resumed else "starting"
-        from provisioner.rollout.planner import describe_waves
+        from provisioner.rollout.planner import describe_plan
 
         # how the spec collapsed on this fleet, not only how many waves (issue 30 item 5)
         self._print(
-            f"rollout {run_id}: {what}: {describe_waves(plan.spec, len(plan))}"
+            f"rollout {run_id}: {what}: {describe_plan(plan)}"
             + (f"; {len(done)} already finished" if done else "")
         )
 
@@ -150,11 +150,11 @@ class LiveObserver:
         with self._lock:
             self.progress.update(self.overall, total=len(plan), completed=len(done),
                                  description=f"rollout {run_id}")
-            from provisioner.rollout.planner import describe_waves
+            from provisioner.rollout.planner import describe_plan
 
             what = "resuming" if resumed else "starting"
             self.console.print(_lit(f"rollout {run_id}: {what}: "
-                                    f"{describe_waves(plan.spec, len(plan))}"
+                                    f"{describe_plan(plan)}"
                                     + (f"; {len(done)} node(s) finished" if done else "")),
                                soft_wrap=True)
             self._refresh()

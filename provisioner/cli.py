@@ -39,6 +39,18 @@ _HELP = {
 }
 
 
+# What an interrupted command leaves, and what to do: only a rollout resumes (issue 47: verify
+# promised a resume it does not have).
+_AFTER_INTERRUPT = {
+    "rollout": "the ledger holds where it stopped, run the same command again to resume",
+    "verify": "the nodes verified before it are recorded and the run is marked interrupted "
+              "(`provisioner report latest` passes over it); a verification does not resume: "
+              "run the same command again to verify every node",
+    "exec-nodes": "run the same command again (a fence kills what is still left)",
+    "": "nothing was changed; run the same command again",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad value is one line and a hint, not the whole usage first
     (``verify --parallel x`` printed 11 lines of usage before its error), and it exits 64
@@ -125,11 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(code)
     except KeyboardInterrupt as exc:
         what = "SIGTERM" if getattr(exc, "signum", 2) == 15 else "SIGINT"
-        print(
-            f"provisioner {args.command}: interrupted ({what}); the ledger holds where it "
-            f"stopped, run the same command again to resume",
-            file=sys.stderr,
-        )
+        print(f"provisioner {args.command}: interrupted ({what}); "
+              f"{_AFTER_INTERRUPT.get(args.command, _AFTER_INTERRUPT[''])}", file=sys.stderr)
         return int(getattr(exc, "exit_code", Exit.INTERRUPTED))
     except BrokenPipeError:  # `provisioner status | head`: not an error of ours
         with contextlib.suppress(OSError):

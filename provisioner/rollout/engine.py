@@ -59,7 +59,12 @@ from provisioner.rollout.planner import (
     Wave,
     plan_waves,
 )
-from provisioner.rollout.steps import NodeSteps, reboot_decision, reboot_required
+from provisioner.rollout.steps import (
+    NOT_STARTED_FAILURE,
+    NodeSteps,
+    reboot_decision,
+    reboot_required,
+)
 
 __all__ = [
     "COMPLIANT",
@@ -128,6 +133,7 @@ class Engine(NodeSteps):
         self.run_id = ""
         self._new_run_id = new_run_id  # the id a new (not resumed) run gets
         self._total_failures = 0
+        self.playbook_began = False  # a provisioning playbook of this attempt began
         self._changed_since_gate = True
         self._caught: dict[str, str] = {}  # resume: node -> the step it was caught in
         from provisioner.rollout.state import ResultWriter
@@ -251,10 +257,12 @@ class Engine(NodeSteps):
                     raise Lost(summary.stopped)
                 if summary.stopped:
                     # stopped only by nodes it could not reach: exit 2 names the cause (as
-                    # verify's does), 3 stays for a failure, a gate or a "no" (docs/cli.md)
+                    # verify's does), 3 stays for a failure, a gate or a "no" (docs/cli.md);
+                    # 64 when the playbook could not start and none began before: nothing ran
                     only_unreachable = 0 < summary.unreachable == summary.failures
-                    raise Stop(summary.stopped,
-                               Exit.UNREACHABLE if only_unreachable else Exit.ABORTED)
+                    code = (Exit.USAGE if summary.not_started and not self.playbook_began
+                            else Exit.UNREACHABLE if only_unreachable else Exit.ABORTED)
+                    raise Stop(summary.stopped, code)
         except Stop as stop:
             status, code, message = "aborted", stop.code, str(stop.args[0])
         except Lost as lost:
@@ -322,7 +330,7 @@ class Engine(NodeSteps):
 
     def _result(self, status: str, code: Exit, message: str, plan: Plan,
                 summaries: list[WaveSummary], resumed: bool, started: float) -> RolloutResult:
-        return RolloutResult(
+        result = RolloutResult(
             run_id=self.run_id,
             status=status,
             exit_code=code,
@@ -333,6 +341,12 @@ class Engine(NodeSteps):
             resumed=resumed,
             duration_s=time.monotonic() - started,
         )
+        # what this attempt ended with, beside the steps and verifications: `report RUN`
+        # writes the document `rollout --json` wrote from it (one writer, issue 47)
+        record = getattr(self.ledger, "record_result", None)
+        if record is not None:
+            record(self.run_id, result.to_dict(verifications=False))
+        return result
 
     def _prestart_next(self, later: Sequence[Wave]) -> None:
         """Start the next wave's playbook run now, held before its first play until that wave
@@ -415,6 +429,8 @@ class Engine(NodeSteps):
                 break  # a playbook run was cut: nothing more changes in this attempt
         for p in wave.nodes:
             n = self.nodes[p.name]
+            if n.failure == NOT_STARTED_FAILURE:
+                summary.not_started += 1
             if n.step == LOST:
                 summary.lost += 1
             elif n.failure == "unreachable":
@@ -436,7 +452,16 @@ class Engine(NodeSteps):
             for n in (self.nodes[p.name] for p in wave.nodes)
             if n.failure
         )
-        if summary.lost:
+        if summary.not_started:
+            # Ansible could not load the playbook: every wave would fail the same way
+            first = next(n for n in (self.nodes[p.name] for p in wave.nodes)
+                         if n.failure == NOT_STARTED_FAILURE)
+            summary.passed = False
+            summary.stopped = (
+                f"{first.reason}; no node was touched by it ({summary.not_started} in "
+                f"{wave.label}); fix the playbook or install what it names, then run the same "
+                f"command again")
+        elif summary.lost:
             lost = sorted(p.name for p in wave.nodes if self.nodes[p.name].step == LOST)
             summary.passed = False
             summary.stopped = (

@@ -3,8 +3,8 @@
 :class:`LiveObserver` draws a live view with rich (overall bar, wave bar, a table of per-node
 states); :class:`PlainObserver` prints one line per event when the output is not a terminal
 (CI logs, pipes). Both go to stderr so ``--json -`` keeps stdout clean. ``summary_table``
-renders the final result; the files (``write_json``, ``write_junit``, HTML) come from
-provisioner.reports.
+renders the final result; the files (JSON, JUnit, HTML) are :func:`live_document`, the run
+read back from the ledger, written by provisioner.reports.
 """
 
 from __future__ import annotations
@@ -210,9 +210,9 @@ def make_observer(*, quiet: bool = False, plain: bool | None = None) -> Any:
 
 
 def summary_table(result: RolloutResult, stream: IO[str] | None = None,
-                  inventory: str | None = None) -> None:
-    """The final per-node table, one line per node that failed (what, where, what to do) and
-    the verdict."""
+                  inventory: str | None = None, simulated: Sequence[str] = ()) -> None:
+    """The final per-node table, one line per node that failed (what, where, what to do),
+    the verdict, and the line every report has when the inventory marks nodes simulated."""
     import textwrap
 
     from rich.console import Console
@@ -239,22 +239,45 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None,
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items()))
     console.print(_lit(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
                        f"exit {int(result.exit_code)}"), soft_wrap=True)
+    from provisioner.reports.model import simulated_line
+
+    marked = set(simulated)
+    sim = simulated_line([{"simulated": n.name in marked} for n in result.nodes.values()])
+    if sim:  # the same words as verify's, status's and the HTML banner (issue 47)
+        console.print(_lit(sim), soft_wrap=True)
 
 
-def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:
-    from provisioner.reports.model import rollout_report
+def report_dict(result: RolloutResult, *, location: str | None = None,
+                inventory: str | None = None,
+                simulated: Sequence[str] = ()) -> dict[str, Any]:
+    """The rollout document of ``result`` from memory, by the one writer the ledger's
+    ``report RUN`` uses (:func:`provisioner.reports.model.rollout_document`): what
+    :func:`live_document` falls back to when the ledger cannot be read back."""
+    from provisioner.reports.model import rollout_document
 
-    return rollout_report(result, **extra)
+    run = {"id": result.run_id, "status": result.status,
+           "args": {"plan": result.plan.to_dict(), "inventory": inventory,
+                    "simulated": sorted(simulated)}}
+    verifications = {n.name: n.verification for n in result.nodes.values() if n.verification}
+    return rollout_document(run, {}, verifications, result.to_dict(verifications=False),
+                            location=location)
 
 
-def write_json(result: RolloutResult, path: str, **extra: Any) -> None:
-    from provisioner.reports import write_reports
+def live_document(result: RolloutResult, location: str, *, inventory: str | None = None,
+                  simulated: Sequence[str] = ()) -> dict[str, Any]:
+    """What ``rollout --json``/``--junit``/``--html`` write: the run read back from the
+    ledger it was just recorded in, exactly as ``provisioner report RUN`` reads it (one
+    shape, one writer, issue 47); from memory when the ledger cannot be read back (then
+    without the ledger's time stamps and with the verifications' summaries)."""
+    from provisioner.errors import LedgerError
+    from provisioner.reports.model import from_ledger
+    from provisioner.store import display_url, open_read_only
 
-    write_reports(report_dict(result, **extra), json_path=path)
-
-
-def write_junit(result: RolloutResult, path: str) -> None:
-    """One testsuite per wave, one testcase per node; failed/unreachable are failures."""
-    from provisioner.reports import write_reports
-
-    write_reports(report_dict(result), junit=path)
+    shown = display_url(location)
+    try:
+        with open_read_only(location) as ledger:
+            if ledger.run_result(result.run_id) is not None:
+                return from_ledger(ledger, result.run_id, location=shown)
+    except LedgerError:
+        pass
+    return report_dict(result, location=shown, inventory=inventory, simulated=simulated)

@@ -565,9 +565,12 @@ class SshExecutor:
                   and not collector.seen_any):
                 # the worker finished and says the playbook never began (syntax error, missing
                 # role): every host failed, as with the local executor
-                tail = "\n".join(collector.stdout_tail[-8:]) or f"worker status {worker_status[-1]}"
-                error = f"the playbook did not run on {node.name}: {tail}"[:2000]
-                outcomes = {h: HostOutcome(h, HostStatus.FAILED, message=error) for h in shard}
+                from provisioner.rollout.start_error import did_not_start
+
+                error = did_not_start(collector.error_lines or collector.stdout_tail,
+                                      str(worker_status[-1]), rc, f" on {node.name}")
+                outcomes = {h: HostOutcome(h, HostStatus.NOT_STARTED, message=error)
+                            for h in shard}
                 state = "failed"
             elif not collector.saw_stats:
                 suffix = f" (execution node {node.name}, ssh rc={rc}" + (

@@ -232,16 +232,8 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     check_output_path("--junit", args.junit, stdout_ok=False)
     check_output_path("--html", getattr(args, "html", None), stdout_ok=False)
     from provisioner.rollout import playbooks
-    from provisioner.rollout.adapters import checkout_collections
 
-    env = playbooks.ansible_env()
-    from provisioner.rollout.ansible_env import connection_env
-
-    env.update(connection_env(pipelining=not getattr(args, "no_pipelining", False)))
-    lab = checkout_collections()
-    if "ANSIBLE_COLLECTIONS_PATH" not in env and lab is not None:
-        # a checkout (editable install): where scripts/install_collection.sh installs it
-        env["ANSIBLE_COLLECTIONS_PATH"] = str(lab)
+    env = playbooks.run_env(pipelining=not getattr(args, "no_pipelining", False))
     # the installed collection's playbooks by FQCN unless told otherwise; refused here, before
     # any change, when they cannot be found (the message says how to install the collection)
     playbook = playbooks.resolve(args.playbook or playbooks.SITE, env=env)

@@ -96,6 +96,13 @@ __all__ = [
 ]
 
 
+def _brief(text: str, width: int = 160) -> str:
+    """A reason cut at a word for a line that names several nodes."""
+    import textwrap
+
+    return textwrap.shorten(text, width, placeholder=" ...") if text.strip() else text
+
+
 class Engine(NodeSteps):
     def __init__(
         self,
@@ -447,8 +454,10 @@ class Engine(NodeSteps):
         summary.duration_s = time.monotonic() - t0
         from provisioner.rollout.explain import short_reason
 
+        # each node's whole reason is on its own line under the summary table: here it is
+        # cut at a word (issue 47: a 700-character gate message was printed three times)
         failing = sorted(
-            f"{n.name} ({short_reason(n.failure, n.reason)})"
+            f"{n.name} ({_brief(short_reason(n.failure, n.reason))})"
             for n in (self.nodes[p.name] for p in wave.nodes)
             if n.failure
         )

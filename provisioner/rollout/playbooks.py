@@ -137,6 +137,23 @@ def ansible_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def run_env(*, pipelining: bool = True) -> dict[str, str]:
+    """The Ansible environment a rollout's playbook runs get (and the probe that resolves
+    them): :func:`ansible_env`, the connection settings, and in a checkout (an editable
+    install) with no ANSIBLE_COLLECTIONS_PATH, its ``.lab/collections``, where
+    scripts/install_collection.sh installs the collection. ``plan --playbook`` resolves with
+    the same."""
+    from provisioner.rollout.adapters import checkout_collections
+    from provisioner.rollout.ansible_env import connection_env
+
+    env = ansible_env()
+    env.update(connection_env(pipelining=pipelining))
+    lab = checkout_collections()
+    if "ANSIBLE_COLLECTIONS_PATH" not in env and lab is not None:
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(lab)
+    return env
+
+
 def install_hint(fqcn: str) -> str:
     ns_name = ".".join(fqcn.split(".")[:2])
     return (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import threading
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -78,7 +79,9 @@ class PlainObserver:
         self._last[name] = step
         if step in DONE_STEPS:
             self.finished += 1
-        tail = f" ({message})" if message and step in DONE_STEPS else ""
+        # cut at a word: the whole reason is on the node's line under the summary table
+        short = textwrap.shorten(message, 200, placeholder=" ...") if message.strip() else ""
+        tail = f" ({short})" if short and step in DONE_STEPS else ""
         self._print(f"[{self.finished}/{self.total}] {name}: {step}{tail}")
 
     def gate(self, name: str, ok: bool, message: str) -> None:

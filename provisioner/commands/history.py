@@ -11,7 +11,6 @@ from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
 from provisioner.sanitize import printable
-from provisioner.store import open_read_only
 from provisioner.store.location import display_url, ledger_line, resolve_ledger
 
 HELP = "compliance history of one node"
@@ -34,9 +33,18 @@ def run(args: argparse.Namespace) -> int:
 
     check_node_name("NODE", args.node)
     location = resolve_ledger(args.ledger, args.inventory)
-    with open_read_only(location) as ledger:  # never creates anything
+    from provisioner.commands.status import open_with_hint
+
+    with open_with_hint(args, location, "provisioner history") as ledger:  # creates nothing
         records = ledger.history(args.node, args.limit)
         known = [] if records else [str(x["node"]) for x in ledger.latest()]
+    if not records:
+        # an error like every other (stderr, the command named, exit 64), not a table line
+        import difflib
+
+        close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UsageError(f"no verifications of {args.node!r} in {display_url(location)}{hint}")
     if args.json:
         for r in records:
             r.pop("report", None)
@@ -49,14 +57,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return int(Exit.OK)
     out = sys.stdout
-    if not records:
-        import difflib
-
-        close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}"
-                            f"{hint}") + "\n")
-        return int(Exit.USAGE)
     headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING / WARNINGS / ERROR"]
     rows = []
     for r in records:

@@ -111,9 +111,27 @@ def note_text(failing: list[str], warnings: list[str], drift: list[str] | None =
     return "; ".join(parts)
 
 
+def open_with_hint(args: argparse.Namespace, location: str, prog: str) -> LedgerQueries:
+    """The ledger, read-only; with no ledger named in a checkout whose lab has one, a note on
+    stderr says how to read the lab's (and a missing ledger's error says it too)."""
+    from provisioner.errors import LedgerError
+    from provisioner.store.location import lab_hint
+
+    hint = lab_hint(args.ledger, args.inventory, location)
+    try:
+        ledger = open_read_only(location)
+    except LedgerError as exc:
+        if hint:
+            raise LedgerError(f"{exc}; {hint}") from None
+        raise
+    if hint:
+        sys.stderr.write(printable(f"{prog}: note: read {display_url(location)}; {hint}") + "\n")
+    return ledger
+
+
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
-    with open_read_only(location) as ledger:  # never creates anything
+    with open_with_hint(args, location, "provisioner status") as ledger:  # creates nothing
         rows = [_row(x) for x in ledger.latest()]
     if args.drift:
         rows = [r for r in rows if r["drift"]]

@@ -90,7 +90,10 @@ def test_history_of_an_unknown_node_suggests_the_close_one(
         ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``history gdsfleet-lab-1`` could suggest ``gdsfleet-lab-01`` (issue 30)."""
     assert main(["history", "lab-1", "--ledger", str(ledger)]) == Exit.USAGE
-    assert "did you mean lab-01" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # an error like every other: stderr, the command named (issue 47: it went to stdout)
+    assert out == "" and err.startswith("provisioner history: error: no verifications of "
+                                        "'lab-1' in ") and "did you mean lab-01?" in err
 
 
 def test_status_names_its_ledger_on_the_first_line(

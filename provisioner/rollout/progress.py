@@ -237,8 +237,9 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None,
                       f"[{_STYLE.get(n.step, '')}]{_lit(n.step)}[/]", _lit(cell))
     console.print(table)
     for line in explain_nodes(result.nodes.values(), inventory):
-        # one line each, whatever the node said (escaped; never wrapped by rich)
-        console.print(_lit(line), soft_wrap=True)
+        # one line each, whatever the node said (escaped; never wrapped by rich); a playbook's
+        # multi-line message reads as one line, not with its newlines shown as \x0a
+        console.print(_lit(" ".join(line.split())), soft_wrap=True)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items()))
     console.print(_lit(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
                        f"exit {int(result.exit_code)}"), soft_wrap=True)

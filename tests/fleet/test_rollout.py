@@ -246,10 +246,11 @@ def _lab_work(big: Ctl) -> Path:
 
 def test_lab_followups_and_readme_commands_agree_on_one_ledger(big: Ctl) -> None:
     """After the rollout, the follow-up commands lab.sh prints (tests/harness/lab_followups.py,
-    the block lab.sh prints), run as printed from a checkout-shaped folder (inventories/lab holding this fleet with the lab's
-    connection settings, .lab/ledger.sqlite its ledger, .venv), each name the same ledger on
-    their first line and agree: every node compliant, simulated, the direct path usable
-    (issue 30: the bare commands read another ledger than the lab's)."""
+    the block lab.sh prints), run as printed from a checkout-shaped folder (inventories/lab
+    holding this fleet with the lab's connection settings, .lab/ledger.sqlite its ledger,
+    .venv), each name the same ledger on their first line and agree: every node compliant,
+    simulated, the direct path usable (issue 30: the bare commands read another ledger than
+    the lab's)."""
     import shlex
 
     from tests.harness import lab_followups

@@ -123,10 +123,11 @@ def _imports(path: Path) -> set[str]:
 
 def test_the_infra_extra_brings_what_tests_infra_imports() -> None:
     import importlib.metadata as md
+
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {re.split(r"[<>=!~\[ ]", d, 1)[0].lower()
+    wanted = {re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0].lower()
               for d in project["dependencies"] + project["optional-dependencies"]["infra"]}
     assert {"pytest", "pytest-testinfra"} <= wanted
     # what pytest loads for tests/infra: its files, tests/conftest.py and the harness plugin

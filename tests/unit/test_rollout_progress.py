@@ -16,8 +16,8 @@ from provisioner.rollout.progress import (
     LiveObserver,
     PlainObserver,
     make_observer,
-    summary_table,
     report_dict,
+    summary_table,
 )
 
 

@@ -352,7 +352,14 @@ class Engine(NodeSteps):
         # writes the document `rollout --json` wrote from it (one writer, issue 47)
         record = getattr(self.ledger, "record_result", None)
         if record is not None:
-            record(self.run_id, result.to_dict(verifications=False))
+            from provisioner.errors import LedgerError
+
+            try:
+                record(self.run_id, result.to_dict(verifications=False))
+            except LedgerError as exc:  # the steps are recorded; an interrupt's code stands
+                self.obs.message(f"the ledger did not take this attempt's result ({exc}); "
+                                 f"`provisioner report {self.run_id}` renders the run without "
+                                 f"its exit code and message")
         return result
 
     def _prestart_next(self, later: Sequence[Wave]) -> None:

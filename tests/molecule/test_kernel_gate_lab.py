@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -231,8 +232,26 @@ def test_kernel_update_rollout_reboots_into_a_gated_kernel_and_fails_one_without
     nxt = good.exec("apt-cache pkgnames linux-image- | sort | tail -n 1").stdout.strip()
     nxt = nxt.removeprefix("linux-image-")
     assert nxt and nxt != kernel
-    for node in (good, bad):  # TEST STAND-INS: GRUB and the driver, as a real node has them
-        kernel_standins.install(lambda c, n=node: str(n.exec(c).stdout), kernel, nxt)
+    # TEST STAND-INS (GRUB and the driver, as a real node has them), put there as the lab's
+    # `python -m tests.harness.lab kernel-standins` puts them (docs/lifecycle.md, "In the lab"),
+    # then the commands it prints: the gate read-only (the kernel is not installed yet:
+    # pending, never a failure) and the plan of the update (every node provisioned)
+    assert labmod.kernel_update_standins(fleet.lab) == 0
+    for label, cmd in kernel_standins.lab_commands(nxt)[:2]:
+        words = shlex.split(cmd.replace("inventories/lab", str(fleet.inventory)))
+        words = [w for w in words if not w.startswith("ANSIBLE_COLLECTIONS_PATH=")]
+        words[0] = str(VENV_BIN / Path(words[0]).name)
+        if "plan" in words:
+            words += ["--ledger", str(tmp_path / "ledger.sqlite")]
+        proc = subprocess.run(words, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                              env=ansible_env(ANSIBLE_COLLECTIONS_PATH=str(private_collections)))
+        assert proc.returncode == 0, f"{label}: {proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+        said = proc.stdout
+        if "plan" in words:
+            assert "every selected node is provisioned" in said, said
+        else:  # both nodes: pending, with what a real run checks
+            assert said.count('"pending": true') == 2, said[-3000:]
+            assert f"check mode: kernel {nxt} is not installed" in said
     put(good, "/etc/default/grub", b"GRUB_DEFAULT=saved\n")  # an admin who pins entries
     good.exec(f"grub-set-default '{ADV}>gnulinux-{kernel}-advanced-UUID' && update-grub")
     inv = yaml.safe_load(fleet.inventory.read_text())

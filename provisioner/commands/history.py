@@ -11,6 +11,7 @@ from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
 from provisioner.reports.model import node_result
 from provisioner.sanitize import printable
+from provisioner.store import open_read_only
 from provisioner.store.location import display_url, ledger_line, resolve_ledger
 
 HELP = "compliance history of one node"
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
     from provisioner.commands.status import open_with_hint
 
-    with open_with_hint(args, location, "provisioner history") as ledger:  # creates nothing
+    with open_with_hint(args, location, "provisioner history",
+                        open_read_only) as ledger:  # creates nothing
         records = ledger.history(args.node, args.limit)
         known = [] if records else [str(x["node"]) for x in ledger.latest()]
     if not records:

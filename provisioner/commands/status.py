@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from provisioner.exitcodes import Exit
@@ -111,15 +112,17 @@ def note_text(failing: list[str], warnings: list[str], drift: list[str] | None =
     return "; ".join(parts)
 
 
-def open_with_hint(args: argparse.Namespace, location: str, prog: str) -> LedgerQueries:
-    """The ledger, read-only; with no ledger named in a checkout whose lab has one, a note on
-    stderr says how to read the lab's (and a missing ledger's error says it too)."""
+def open_with_hint(args: argparse.Namespace, location: str, prog: str,
+                   opener: Callable[[str], LedgerQueries] = open_read_only) -> LedgerQueries:
+    """The ledger, read-only (``opener``: the command's own ``open_read_only``); with no
+    ledger named in a checkout whose lab has one, a note on stderr says how to read the lab's
+    (and a missing ledger's error says it too)."""
     from provisioner.errors import LedgerError
     from provisioner.store.location import lab_hint
 
     hint = lab_hint(args.ledger, args.inventory, location)
     try:
-        ledger = open_read_only(location)
+        ledger = opener(location)
     except LedgerError as exc:
         if hint:
             raise LedgerError(f"{exc}; {hint}") from None

@@ -560,10 +560,11 @@ def run_playbook(
         # never began (a module it cannot resolve, a missing role, a YAML error, no
         # ansible-playbook): every host of the run (a gate's: those it was released for) gets
         # Ansible's own error line; no host was touched
-        from provisioner.rollout.start_error import did_not_start
+        from provisioner.rollout.start_error import did_not_start, stopped_before_start
 
         error = did_not_start(collector.error_lines or collector.stdout_tail, status, rc)
-        outcomes = {h: HostOutcome(h, HostStatus.NOT_STARTED, message=error)
+        kind = HostStatus.FAILED if stopped_before_start(status) else HostStatus.NOT_STARTED
+        outcomes = {h: HostOutcome(h, kind, message=error)
                     for h in (list(hosts) or collector.hosts)}
     elif not collector.saw_stats:
         # began, then its stream ended early: every host lost; say why in their message

@@ -68,6 +68,15 @@ def ansible_error(lines: Iterable[str]) -> str | None:
     return None
 
 
+# a run ended before its first event by the rollout itself (its deadline, a cancel): not a
+# playbook Ansible could not load, so its hosts fail as any cut run's do, never "not started"
+STOPPED = frozenset({"timeout", "canceled"})
+
+
+def stopped_before_start(status: str) -> bool:
+    return status in STOPPED
+
+
 def did_not_start(lines: Iterable[str], status: str, rc: int | None, where: str = "") -> str:
     """The message of every host of a run that never began: Ansible's error when it printed
     one, else the run's last lines (colour stripped)."""
@@ -76,7 +85,10 @@ def did_not_start(lines: Iterable[str], status: str, rc: int | None, where: str 
     if found is None:
         tail = " | ".join(s for s in (strip_colour(x).strip() for x in kept[-8:]) if s)
         found = tail[-MAX_LEN:] or f"ansible-playbook exited {rc} ({status})"
+    if stopped_before_start(status):
+        return f"the playbook did not run{where} ({status} before its first play, rc={rc})"
     return f"the playbook did not start{where}: {found}"
 
 
-__all__ = ["MAX_LEN", "ansible_error", "did_not_start", "strip_colour"]
+__all__ = ["MAX_LEN", "STOPPED", "ansible_error", "did_not_start", "stopped_before_start",
+           "strip_colour"]

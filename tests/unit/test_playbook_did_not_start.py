@@ -78,6 +78,15 @@ def test_any_output_gives_one_bounded_line(lines: list[str]) -> None:
     assert len(text) <= len("the playbook did not start: ") + MAX_LEN
 
 
+def test_a_run_stopped_before_its_first_play_is_not_a_playbook_that_did_not_start() -> None:
+    """Its deadline or a cancel ended it before Ansible said anything: the rollout's doing, not
+    a load error (no exit 64, no "install what it names")."""
+    for status in ("timeout", "canceled"):
+        text = did_not_start([], status, 137, " on e2")
+        assert text == f"the playbook did not run on e2 ({status} before its first play, rc=137)"
+    assert did_not_start([], "failed", 4).startswith("the playbook did not start: ")
+
+
 # --------------------------------------------------------------------------- end to end
 BAD = """\
 - name: A playbook Ansible cannot load

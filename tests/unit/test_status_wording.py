@@ -93,7 +93,7 @@ def test_history_of_an_unknown_node_suggests_the_close_one(
     out, err = capsys.readouterr()
     # an error like every other: stderr, the command named (issue 47: it went to stdout)
     assert out == "" and err.startswith("provisioner history: error: no verifications of "
-                                        "'lab-1' in ") and "did you mean lab-01?" in err
+                                        "'lab-1' in ") and "did you mean lab-01" in err
 
 
 def test_status_names_its_ledger_on_the_first_line(

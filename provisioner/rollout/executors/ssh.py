@@ -565,12 +565,14 @@ class SshExecutor:
                   and not collector.seen_any):
                 # the worker finished and says the playbook never began (syntax error, missing
                 # role): every host failed, as with the local executor
-                from provisioner.rollout.start_error import did_not_start
+                from provisioner.rollout.start_error import did_not_start, stopped_before_start
 
-                error = did_not_start(collector.error_lines or collector.stdout_tail,
-                                      str(worker_status[-1]), rc, f" on {node.name}")
-                outcomes = {h: HostOutcome(h, HostStatus.NOT_STARTED, message=error)
-                            for h in shard}
+                final = str(worker_status[-1])
+                error = did_not_start(collector.error_lines or collector.stdout_tail, final, rc,
+                                      f" on {node.name}")
+                kind = (HostStatus.FAILED if stopped_before_start(final)
+                        else HostStatus.NOT_STARTED)
+                outcomes = {h: HostOutcome(h, kind, message=error) for h in shard}
                 state = "failed"
             elif not collector.saw_stats:
                 suffix = f" (execution node {node.name}, ssh rc={rc}" + (

@@ -88,7 +88,7 @@ def _inventory(tmp_path: Path, n: int) -> Path:
 def test_plan_of_waves_1_on_eight(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inv = _inventory(tmp_path, 8)
     assert main(["plan", "-i", str(inv), "--ledger", str(tmp_path / "l.sqlite"),
-                 "--waves", "1", "--json", "-"]) == Exit.OK
+                 "--waves", "1", "--json", "-", "--allow-local-connection"]) == Exit.OK
     doc = json.loads(capsys.readouterr().out)
     assert [(w["label"], len(w["nodes"])) for w in doc["waves"]] == [("canary", 1),
                                                                       ("wave 1", 7)]
@@ -104,6 +104,7 @@ def test_plan_and_rollout_refuse_a_whole_fleet_canary(
         pb = tmp_path / "site.yml"
         pb.write_text("- hosts: all\n  gather_facts: false\n  tasks: []\n")
         argv += ["--playbook", str(pb), "--no-verify", "--plain"]
+    argv += ["--allow-local-connection"]  # the hosts are this machine (issue 45)
     assert main(argv) == Exit.USAGE
     err = capsys.readouterr().err
     assert "a canary is never the whole fleet" in err, err

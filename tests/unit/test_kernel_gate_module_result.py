@@ -26,26 +26,29 @@ COLLECTIONS = ROOT / ".lab" / "collections"
 ABSENT = "9.9.9-gdsfleet-test"  # no such kernel on any machine
 
 
-def _module(tmp: Path) -> ModuleType:
-    """plugins/modules/kernel_gate.py of this checkout, its module_utils found beside it."""
-    pkg = tmp / "ansible_collections" / "gdsfleet"
-    pkg.mkdir(parents=True)
-    (pkg / "gds").symlink_to(ROOT)
-    sys.path.insert(0, str(tmp))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "gdsfleet_kernel_gate_module_h47", ROOT / "plugins" / "modules" / "kernel_gate.py")
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(tmp))
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture
-def kgm(tmp_path: Path) -> ModuleType:
-    return _module(tmp_path)
+def kgm(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """plugins/modules/kernel_gate.py of this checkout, its ``ansible_collections...``
+    module_utils import answered from sys.modules (ansible-core's collection finder, installed
+    by an earlier test in the same process, would look elsewhere); restored afterwards."""
+    base = "ansible_collections.gdsfleet.gds.plugins.module_utils"
+    parts = base.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    utils = _load("gdsfleet_kernel_gate_utils_h47", ROOT / "plugins/module_utils/kernel_gate.py")
+    monkeypatch.setitem(sys.modules, f"{base}.kernel_gate", utils)
+    monkeypatch.setattr(sys.modules[base], "kernel_gate", utils, raising=False)
+    return _load("gdsfleet_kernel_gate_module_h47", ROOT / "plugins/modules/kernel_gate.py")
 
 
 def test_a_hold_apt_does_hold_is_done_and_every_detail_is_one_line(kgm: ModuleType) -> None:

@@ -115,7 +115,8 @@ def test_rollout_says_ansibles_error_and_exits_64(
         lab: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     report = lab["tmp"] / "r.json"
     rc = main(["rollout", "-i", str(lab["inv"]), "--ledger", str(lab["ledger"]), "--playbook",
-               str(lab["pb"]), "--no-verify", "--plain", "--json", str(report)])
+               str(lab["pb"]), "--no-verify", "--plain", "--json", str(report),
+               "--allow-local-connection"])
     err = capsys.readouterr().err
     assert rc == Exit.USAGE, err
     said = "couldn't resolve module/action 'no.such.module'"

@@ -138,6 +138,7 @@ def test_rollout_json_and_report_run_json_are_one_shape_and_marked(
     live = tmp_path / "rollout-report.json"
     rc = main(["rollout", "-i", str(inv), "--ledger", str(ledger), "--playbook", str(pb),
                "--no-verify", "--plain", "--waves", "1,100%", "--max-failures", "1",
+               "--allow-local-connection",
                "--json", str(live)])
     err = capsys.readouterr().err
     assert rc == Exit.NOT_COMPLIANT, err

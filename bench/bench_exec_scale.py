@@ -9,7 +9,7 @@ under a per-host folder) runs on the execution node that their shard went to, wi
 ``--forks-per-exec-node`` forks there. Each run is the rollout CLI itself, as an operator
 types it, in a child process::
 
-    python -m provisioner rollout -i TARGETS --playbook PLAY --no-verify --waves 100% \\
+    python -m provisioner rollout -i TARGETS --playbook PLAY --no-verify --waves all \\
         --executor ssh --exec-inventory EXEC --forks-per-exec-node F --known-hosts KH ...
 
 Measured per run: wall time of that child, and coordinator CPU = user+sys of the child and
@@ -130,7 +130,7 @@ def write_targets(path: Path, hosts: list[str], out_dir: Path, sleep: float = 0.
 def rollout_argv(root: Path, targets: Path, exec_inv: Path, ledger: Path,
                  forks: int, play: str = "play.yml") -> list[str]:
     return [sys.executable, "-m", "provisioner", "rollout", "-i", str(targets),
-            "--playbook", str(root / play), "--no-verify", "--waves", "100%",
+            "--playbook", str(root / play), "--no-verify", "--waves", "all",
             "--ledger", str(ledger), "--known-hosts", str(root / "known_hosts"),
             "--ssh-config", "none", "-q", "--executor", "ssh",
             "--exec-inventory", str(exec_inv), "--forks-per-exec-node", str(forks),

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from provisioner import __version__
 from provisioner.commands import COMMANDS
@@ -31,21 +31,43 @@ _HELP = {
     "history": "compliance history of one node",
     "plan": "print the rollout waves and what would change; changes nothing",
     "rollout": "provision the fleet in gated waves (canary first), resumable",
-    "export": "print a training job's GDS settings (DeepSpeed aio block, kvikio env)",
+    "export": ("print a training job's GDS settings (DeepSpeed aio block, kvikio env) from "
+               "the ledger"),
     "report": "render a run of the ledger as HTML, JSON, JUnit or a Prometheus textfile",
-    "exec-nodes": "check the execution nodes of --executor ssh against this controller",
+    "exec-nodes": ("check the execution nodes of --executor ssh against this controller, or "
+                   "fence a run's dispatches there"),
     "attest": "on a node: is it still in the state its last verify proved? (no SSH, no I/O "
               "test)",
 }
 
 
+# What an interrupted command leaves, and what to do: only a rollout resumes (issue 47: verify
+# promised a resume it does not have).
+_AFTER_INTERRUPT = {
+    "rollout": "the ledger holds where it stopped, run the same command again to resume",
+    "verify": "the nodes verified before it are recorded and the run is marked interrupted "
+              "(`provisioner report latest` passes over it); a verification does not resume: "
+              "run the same command again to verify every node",
+    "exec-nodes": "run the same command again (a fence kills what is still left)",
+    "": "nothing was changed; run the same command again",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad value is one line and a hint, not the whole usage first
-    (``verify --parallel x`` printed 11 lines of usage before its error)."""
+    (``verify --parallel x`` printed 11 lines of usage before its error), and it exits 64
+    (``Exit.USAGE``), as every other bad command line does: argparse's own 2 is
+    ``Exit.UNREACHABLE`` here, so a typo read as "a node could not be reached" (issue 47).
+    An option is never abbreviated (``allow_abbrev=False``): ``--wave 1`` ran as ``--waves
+    1`` before, and an abbreviation that one more option makes ambiguous breaks scripts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n"
-                     f"(see '{self.prog} --help' for every option)\n")
+        self.exit(int(Exit.USAGE), f"{self.prog}: error: {message}\n"
+                                   f"(see '{self.prog} --help' for every option)\n")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -88,7 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the first word that is not an option names the command (the top level's only options,
     # -h and --version, take no value)
     parser = build_parser(next((w for w in words if not w.startswith("-")), ""))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        # said by the sub-command's parser, so the error names it (``provisioner status:
+        # error: unrecognized arguments: --bogus``), not the top level's
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return int(Exit.USAGE)
@@ -113,11 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(code)
     except KeyboardInterrupt as exc:
         what = "SIGTERM" if getattr(exc, "signum", 2) == 15 else "SIGINT"
-        print(
-            f"provisioner {args.command}: interrupted ({what}); the ledger holds where it "
-            f"stopped, run the same command again to resume",
-            file=sys.stderr,
-        )
+        print(f"provisioner {args.command}: interrupted ({what}); "
+              f"{_AFTER_INTERRUPT.get(args.command, _AFTER_INTERRUPT[''])}", file=sys.stderr)
         return int(getattr(exc, "exit_code", Exit.INTERRUPTED))
     except BrokenPipeError:  # `provisioner status | head`: not an error of ours
         with contextlib.suppress(OSError):
@@ -137,6 +160,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug: one line here, the traceback in a file
         report_internal(prog, exc)
         return int(Exit.INTERNAL)
+
+
+def _innermost(parser: argparse.ArgumentParser,
+               args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub-)sub-command ``args`` ran: ``provisioner export env``'s for
+    ``export env ...``, the top level's when no command was given."""
+    current = parser
+    while True:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs and subs[0].dest else None
+        if not subs or not isinstance(chosen, str) or chosen not in subs[0].choices:
+            return current
+        current = subs[0].choices[chosen]
 
 
 def _warn_refused_secrets() -> None:

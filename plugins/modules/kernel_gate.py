@@ -30,7 +30,11 @@ description:
     grub-set-default on Debian/Ubuntu) and holds the failing kernel's packages (apt-mark hold;
     dnf versionlock exclude). Nothing is changed in check mode.
   - Records the result in I(state_path) (not in check mode), which C(provisioner verify) reads.
-  - Never fails by itself; the result says C(passed) with the reason and the fix.
+  - Fails the task when the gate fails (I(fail), the default), with one line saying the kernel,
+    the reason, the fix and what protection did; the result carries the verdict either way. In
+    check mode a kernel that is not installed yet cannot be gated - the result is then
+    C(pending) and says which checks a real run makes once it is installed, instead of failing
+    every check on the missing kernel.
 version_added: 0.1.0
 author: gdsfleet developers (@gdsfleet)
 options:
@@ -71,6 +75,12 @@ options:
     description: The node's gate state file.
     type: path
     default: /var/lib/gdsfleet/kernel-gate.json
+  fail:
+    description: Fail the task when the gate fails (one line - the kernel, the reason, the fix
+      and what protection did). C(false) only reports it in the result (the role
+      C(gdsfleet.gds.kernel_gate) fails the host itself, with more context).
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -102,8 +112,16 @@ route:
   type: str
   returned: always
 passed:
-  description: Whether every check passed.
+  description: Whether every check passed; null when the verdict is C(pending).
   type: bool
+  returned: always
+pending:
+  description: Check mode and the kernel is not installed yet, so it could not be gated.
+  type: bool
+  returned: always
+would_check:
+  description: The checks a real run makes for the kernel (with C(pending)).
+  type: list
   returned: always
 results:
   description: Each check - check, ok, reason, fix.
@@ -128,6 +146,60 @@ import os  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.gdsfleet.gds.plugins.module_utils import kernel_gate as kg  # noqa: E402
 
+# what one line of the task's message may hold (the role and a rollout print it; issue 47: a
+# 700-character message with a literal \x0a in it, three times)
+MSG_MAX = 600
+
+
+def one_line(text: object, limit: int = 500) -> str:
+    """``text`` on one line (newlines, tabs and runs of blanks as one blank), at most
+    ``limit`` characters."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[:limit - 3].rstrip() + "..."
+
+
+def installed(kernel: str, modules_root: str = "/lib/modules", boot_dir: str = "/boot") -> bool:
+    """Is anything of ``kernel`` on the node (its modules folder or its image)?"""
+    return (os.path.isdir(os.path.join(modules_root, kernel))
+            or os.path.exists(os.path.join(boot_dir, f"vmlinuz-{kernel}")))
+
+
+def showhold(module: AnsibleModule) -> set[str] | None:
+    """The packages APT holds (``apt-mark showhold``); None when it cannot be asked."""
+    if not module.get_bin_path("apt-mark"):
+        return None
+    rc, out, _err = module.run_command(["apt-mark", "showhold"])
+    return set(out.split()) if rc == 0 else None
+
+
+def settle_holds(actions: list, held: set | None) -> None:
+    """A hold reported FAILED whose packages APT does hold is done (issue 47: ``hold:
+    FAILED`` while ``apt-mark showhold`` listed both packages, apt-mark having complained
+    about another name); every detail on one line."""
+    for a in actions:
+        detail = str(a.get("detail") or "")
+        if a.get("action") == "hold" and not a.get("ok") and held is not None \
+                and detail.startswith("apt-mark hold "):
+            wanted = [w for w in detail.split(":", 1)[0].split()[2:] if w]
+            if wanted and all(w in held for w in wanted):
+                said = detail.split(":", 1)[1] if ":" in detail else ""
+                a["ok"] = True
+                detail = (f"apt-mark hold {' '.join(wanted)}: held (apt-mark showhold lists "
+                          f"them)" + (f"; apt-mark said: {said}" if said.strip() else ""))
+        a["detail"] = one_line(detail)
+
+
+def summary(result: dict) -> str:
+    """The task's one-line message for a failed gate."""
+    done = "; ".join(f"{a['action']}: {'done' if a['ok'] else 'FAILED'} ({a['detail']})"
+                     for a in result.get("actions") or [])
+    nxt = result.get("next_boot") or "unknown"
+    text = (f"kernel gate FAILED for {result['kernel']}: {one_line(result.get('reason'), 300)}"
+            f"; to fix: {one_line(result.get('fix'), 200)}"
+            + (f"; {done}" if done else "")
+            + f"; the node boots {nxt} next")
+    return one_line(text, MSG_MAX)
+
 
 def main() -> None:
     module = AnsibleModule(
@@ -140,6 +212,7 @@ def main() -> None:
             "protect": {"type": "bool", "default": False},
             "make_default": {"type": "bool", "default": False},
             "state_path": {"type": "path", "default": kg.STATE_PATH},
+            "fail": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -154,6 +227,18 @@ def main() -> None:
                            check_nvme_symbol=p["check_nvme_symbol"])
     except kg.GateError as exc:
         module.fail_json(msg=f"kernel_gate: {exc}")
+    checks = [str(r.get("check")) for r in gate.get("results") or []]
+    if module.check_mode and kernel != running and not installed(kernel):
+        # nothing of the kernel is there yet (kernel_update.yml in check mode installs
+        # nothing): every check would fail on its absence, which says nothing about it
+        module.exit_json(
+            changed=False, running=running, next_boot=nxt.get("kernel"),
+            next_boot_source=nxt.get("source"), actions=[], kernel=kernel, route=p["route"],
+            passed=None, pending=True, would_check=checks, results=[], reason="", fix="",
+            msg=one_line(f"check mode: kernel {kernel} is not installed, so it cannot be gated "
+                         f"yet; a real run gates it once installed ({', '.join(checks)}) and, "
+                         f"on a fail, keeps {running} the default and holds {kernel}'s "
+                         f"packages", MSG_MAX))
     actions = []
     if p["protect"] and not module.check_mode:
         actions = kg.protect(gate, running=running, family=family)
@@ -163,11 +248,22 @@ def main() -> None:
         ok, what = kg.keep_default(kernel, family)
         actions.append({"action": "make_default", "ok": ok, "detail": what})
         nxt = kg.next_boot()
+    if any(a.get("action") == "hold" and not a.get("ok") for a in actions) \
+            and family != "redhat":
+        settle_holds(actions, showhold(module))
+    else:
+        settle_holds(actions, None)
+    gate["reason"] = one_line(gate.get("reason"), 2000)
+    gate["fix"] = one_line(gate.get("fix"), 2000)
     changed = bool(actions)
     if not module.check_mode:
         kg.record(gate, running=running, nxt=nxt, actions=actions, path=p["state_path"])
-    module.exit_json(changed=changed, running=running, next_boot=nxt.get("kernel"),
-                     next_boot_source=nxt.get("source"), actions=actions, **gate)
+    result = {"changed": changed, "running": running, "next_boot": nxt.get("kernel"),
+              "next_boot_source": nxt.get("source"), "actions": actions, "pending": False,
+              "would_check": checks, **gate}
+    if not gate["passed"] and p["fail"]:
+        module.fail_json(msg=summary(result), **result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -117,8 +117,11 @@ def _selection_arguments(p: argparse.ArgumentParser, *, groups: bool) -> None:
     if groups:
         p.add_argument("--node", action="append", metavar="NODE",
                        help="node name as in the ledger (repeatable)")
-        p.add_argument("-l", "--limit", "--group", dest="limit", metavar="PATTERN",
-                       help="inventory group or Ansible host pattern (needs -i)")
+        # two options (one meaning), so that an error names the one the operator typed
+        p.add_argument("-l", "--limit", dest="limit", metavar="PATTERN",
+                       help="Ansible host pattern selecting nodes (needs -i)")
+        p.add_argument("--group", dest="group", metavar="GROUP",
+                       help="an inventory group (needs -i); the same as --limit GROUP")
     else:
         p.add_argument("--node", required=True, metavar="NODE",
                        help="node name as in the ledger")
@@ -222,6 +225,17 @@ def node_state(node: str, record: Mapping[str, Any] | None, *, max_age: timedelt
     return st
 
 
+# the words every report uses (provisioner.reports.model.simulated_line), for one node
+SIMULATED_NOTE = ("SIMULATED: the inventory marks this node simulated (gdsfleet_simulated): "
+                  "its proof comes from stand-in hardware, not a proof of GPUDirect Storage on "
+                  "a real node")
+
+
+def simulated(record: Mapping[str, Any] | None) -> bool:
+    """Does the node's latest record carry the inventory's simulation mark (JSON true only)?"""
+    return bool(record) and (record or {}).get("simulated") is True
+
+
 def _states(args: argparse.Namespace, names: Sequence[str]) -> tuple[list[NodeState], str]:
     location = resolve_ledger(args.ledger, args.inventory)
     shown = display_url(location)
@@ -244,15 +258,20 @@ def _select(args: argparse.Namespace) -> tuple[list[str], dict[str, Mapping[str,
 
     for n in nodes:
         check_node_name("--node", n)
-    limit = getattr(args, "limit", None)
+    given = [(opt, val) for opt, val in (("--limit", getattr(args, "limit", None)),
+                                         ("--group", getattr(args, "group", None))) if val]
+    if len(given) > 1:
+        raise UsageError("give --limit or --group, not both (they select the same way)")
+    opt, limit = given[0] if given else ("", None)
     if limit and not args.inventory:
-        raise UsageError(f"--limit/--group {limit!r} needs -i INVENTORY (group membership is in "
-                         f"the inventory); or name nodes with --node")
+        raise UsageError(f"{opt} {limit!r} needs -i INVENTORY (group membership is in the "
+                         f"inventory); or name nodes with --node")
     if limit and nodes:
-        raise UsageError("give --node or --limit/--group, not both")
+        raise UsageError(f"give --node or {opt}, not both")
     if not args.inventory:
         if not nodes:
-            raise UsageError("name the node(s): --node NAME, or -i INVENTORY [--group GROUP]")
+            raise UsageError("name the node(s): --node NAME, or -i INVENTORY [--group GROUP]"
+                             if hasattr(args, "group") else "name the node: --node NAME")
         return list(dict.fromkeys(nodes)), {}
     from provisioner.inventory import load_inventory
 
@@ -265,8 +284,11 @@ def _select(args: argparse.Namespace) -> tuple[list[str], dict[str, Mapping[str,
         return inv.names(), by_name
     unknown = [n for n in nodes if n not in by_name]
     if unknown:
+        # without -i: deepspeed takes DeepSpeed's defaults, env the node's verified mount
+        without = ("DeepSpeed's defaults for the aio settings" if hasattr(args, "group")
+                   else "the ledger's record only (the mount the verification used)")
         raise UsageError(f"{', '.join(unknown)} not in the inventory {args.inventory!r}; check "
-                         f"the name, or leave out -i to use DeepSpeed's defaults")
+                         f"the name, or leave out -i to use {without}")
     return list(dict.fromkeys(nodes)), by_name
 
 
@@ -364,8 +386,15 @@ def run_deepspeed(args: argparse.Namespace) -> int:
             _say(prog, f"{st.node}: {note}")
         blocks[st.node] = aio_block(settings[st.node], st.use_gds, version)
     unproven = [st.node for st in states if not st.use_gds]
+    marked = {st.node for st in states if simulated(st.record)}
+    if marked and not args.per_node:  # DeepSpeed's own block has no room for it: stderr
+        _say(prog, f"SIMULATED: {_names(sorted(marked))}: the inventory marks "
+                   f"{'it' if len(marked) == 1 else 'them'} simulated (gdsfleet_simulated); "
+                   f"use_gds comes from stand-in hardware, not from a real node")
     if args.per_node:
-        doc: dict[str, Any] = {"nodes": {n: {"aio": b} for n, b in blocks.items()}}
+        doc: dict[str, Any] = {"nodes": {
+            n: {"aio": b, **({"simulated": True} if n in marked else {})}
+            for n, b in blocks.items()}}
     else:
         differ = _differences(blocks)
         if differ:
@@ -516,6 +545,8 @@ def run_env(args: argparse.Namespace) -> int:
     env, notes = job_environment(st, hostvars.get(st.node) or {},
                                  allow_fallback=args.allow_fallback)
     env, refused = safe_env(env, args.format)
+    if simulated(st.record):
+        _say(prog, f"{st.node}: {SIMULATED_NOTE}")
     if not st.use_gds:
         _say(prog, f"{st.node}: direct path not usable, KVIKIO_COMPAT_MODE=ON: {st.reason}")
     for note in [*st.notes, *notes, *refused]:
@@ -524,16 +555,22 @@ def run_env(args: argparse.Namespace) -> int:
         _say(prog, f"{st.node}: note: quoted values are read without their quotes by bash, "
                    f"python-dotenv and systemd, but not by docker --env-file")
     rec = st.record or {}
+    sim = simulated(rec)
     if args.format == "json":
         json.dump({"node": st.node, "use_gds": st.use_gds, "reason": st.reason or None,
-                   "verified_at": rec.get("at"), "run_id": rec.get("run_id"),
+                   "simulated": sim, "verified_at": rec.get("at"), "run_id": rec.get("run_id"),
                    "ledger": shown, "env": env}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        # the reason itself (a stale proof is not "compat I/O", issue 47), and the mark
         state = (f"direct path proven at {rec.get('at')} (run {rec.get('run_id')})" if st.use_gds
-                 else "direct path NOT proven: compat (POSIX) I/O")
-        sys.stdout.write(render_env(env, args.format, header=[
-            f"gdsfleet: {st.node}: {state}; ledger {shown}"] if args.format == "shell" else []))
+                 else f"KVIKIO_COMPAT_MODE=ON (POSIX I/O): {st.reason}")
+        if sim:
+            state = f"SIMULATED node (gdsfleet_simulated, stand-in hardware): {state}"
+        header = [f"gdsfleet: {st.node}: {state}; ledger {shown}"]
+        if args.format != "shell" and not sim:  # dotenv: a comment only for the mark
+            header = []
+        sys.stdout.write(render_env(env, args.format, header=header))
     if refused:
         return int(Exit.NOT_COMPLIANT)
     return int(Exit.NOT_COMPLIANT) if args.require_gds and not st.use_gds else int(Exit.OK)

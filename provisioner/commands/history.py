@@ -37,10 +37,20 @@ def run(args: argparse.Namespace) -> int:
 
     check_node_name("NODE", args.node)
     location = resolve_ledger(args.ledger, args.inventory)
-    with open_read_only(location) as ledger:  # never creates anything
+    from provisioner.commands.status import open_with_hint
+
+    with open_with_hint(args, location, "provisioner history",
+                        open_read_only) as ledger:  # creates nothing
         records = ledger.history(args.node, args.limit)
         jobs = ledger.job_proofs(args.node, args.limit)
         known = [] if records or jobs else [str(x["node"]) for x in ledger.latest()]
+    if not records and not jobs:
+        # an error like every other (stderr, the command named, exit 64), not a table line
+        import difflib
+
+        close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UsageError(f"no verifications of {args.node!r} in {display_url(location)}{hint}")
     if args.json:
         for r in records:
             r.pop("report", None)
@@ -53,14 +63,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return int(Exit.OK)
     out = sys.stdout
-    if not records and not jobs:
-        import difflib
-
-        close = difflib.get_close_matches(args.node, known, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        out.write(printable(f"no verifications of {args.node!r} in {display_url(location)}"
-                            f"{hint}") + "\n")
-        return int(Exit.USAGE)
     headers = ["VERIFIED AT", "RUN", "RESULT", "ROUTE", "I/O PATH", "FAILING / WARNINGS / ERROR"]
     rows = []
     for r in records:

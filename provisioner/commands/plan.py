@@ -39,7 +39,9 @@ def add_selection_arguments(p: argparse.ArgumentParser, top: Any = None) -> Any:
                       help=INVENTORY_HELP)
     lead.add_argument("--waves", metavar="SPEC", default=DEFAULT_WAVES,
                       help="wave sizes, counts or percentages of the selected nodes; the first "
-                           "is the canary, the last takes the rest (default %(default)s)")
+                           "is the canary, never every node ('all': one wave of every node, no "
+                           "canary); nodes after the last entry form a last wave (default "
+                           "%(default)s)")
     sel.add_argument("-l", "--limit", metavar="PATTERN",
                      help="Ansible host pattern selecting nodes of the inventory (default: all)")
     sel.add_argument("--allow-local-connection", action="store_true",
@@ -62,7 +64,12 @@ def add_ledger_option(group: Any) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_selection_arguments(p)
+    sel = add_selection_arguments(p)
+    sel.add_argument("--playbook", metavar="FILE|FQCN",
+                     help="plan the rollout of this playbook (default gdsfleet.gds.site): it is "
+                          "found and checked as rollout would (collection, dependencies), and "
+                          "one whose change verification cannot see "
+                          "(gdsfleet.gds.kernel_update) provisions every node")
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the plan as JSON ('-' for stdout)")
     out.add_argument("--all-nodes", action="store_true",
@@ -95,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
     from provisioner.outputs import check_output_path
 
     check_output_path("--json", args.json)
+    from provisioner.rollout import playbooks
+
+    # --playbook: the playbook rollout would run, found and checked as rollout finds it
+    # (issue 47: plan could not preview another playbook than the site's); without it the
+    # site playbook, as before (plan needs no collection installed)
+    playbook = (playbooks.resolve(args.playbook, env=playbooks.run_env()) if args.playbook
+                else playbooks.Playbook(playbooks.SITE, Path("site.yml"), fqcn=True))
+    every = playbooks.always_provisions(playbook)
     inventory = load_inventory(args.inventory, args.limit)
     from provisioner.identifiers import protect
 
@@ -118,12 +133,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if ledger is not None:
             ledger.close()
-    plan = plan_waves(inventory.names(), args.waves, latest=latest, force=args.force)
-    from provisioner.inventory import selection_problems
+    plan = plan_waves(inventory.names(), args.waves, latest=latest,
+                      force=args.force or every)
+    from provisioner.inventory import SITE_TARGET_DEFAULT, selection_problems
 
-    # rollout refuses these before anything runs
-    problems = selection_problems(inventory, allow_local=args.allow_local_connection)
+    # rollout refuses these before anything runs (the site playbook's target group too)
+    site = playbook.spec == playbooks.SITE or playbook.path.name == "site.yml"
+    problems = selection_problems(inventory, SITE_TARGET_DEFAULT if site else None,
+                                  allow_local=args.allow_local_connection)
     doc = plan.to_dict()
+    doc["playbook"] = playbook.spec
     doc["problems"] = problems
     doc["ledger"] = display_url(location)  # never a password
     doc["unfinished_run"] = unfinished
@@ -148,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
     # how the spec collapsed on these nodes, not only how many waves (issue 30 item 5)
     # (a line of its own: a table's title wraps at the table's width)
     sys.stdout.write(f"rollout plan: {describe_waves(args.waves, len(plan))}\n")
+    if every and not args.force:
+        sys.stdout.write(f"{playbook.spec}: a change that verification cannot see, so every "
+                         f"selected node is provisioned (as with --force), compliant ones too\n")
     title = "rollout plan"
     if len(plan) <= FULL_TABLE_MAX:
         console.print(_full_table(plan, title))

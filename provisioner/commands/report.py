@@ -2,7 +2,10 @@
 
 ``--html``, ``--json``, ``--junit`` and ``--prom-textfile`` come from the same module and the
 same ledger records as ``verify``'s and ``rollout``'s own reports; ``latest`` names the newest
-run. The ledger is opened read-only. Without an output option the run is printed.
+complete run, passing over (and naming) newer runs that were interrupted, are still open or
+recorded no node. A run that proves nothing about its fleet is rendered as it is, said so in
+every format, and exits 1. The ledger is opened read-only. Without an output option the run is
+printed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from provisioner.commands.status import add_ledger_arguments
 from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
+from provisioner.sanitize import printable
 from provisioner.store import open_read_only
 from provisioner.store.location import display_url, ledger_line, resolve_ledger
 
@@ -42,20 +46,24 @@ def run(args: argparse.Namespace) -> int:
     check_output_path("--html", args.html, stdout_ok=False)
     check_prom_dir(args.prom_textfile)
     location = resolve_ledger(args.ledger, args.inventory)
+    skipped: list[str] = []
     with open_read_only(location) as ledger:  # never creates anything
         run_id = args.run_id
         if run_id == "latest":
-            newest = ledger.runs(limit=1)
-            if not newest:
-                raise UsageError(f"no runs in the ledger {display_url(location)}; run "
-                                 f"`provisioner verify` or `provisioner rollout` first")
-            run_id = newest[0]["id"]
+            run_id, skipped = _latest_complete(ledger, display_url(location))
         doc = from_ledger(ledger, run_id, location=display_url(location))
     write_reports(doc, json_path=args.json, junit=args.junit, html=args.html,
                   prom_dir=args.prom_textfile)
+    for line in skipped:  # said, never silent: which newer runs `latest` passed over
+        sys.stderr.write(printable(f"provisioner report: latest: skipped {line}") + "\n")
+    # a run that proves nothing about its fleet (interrupted, open, empty) is rendered as it
+    # is, said in every format, and exits 1 (issue 47)
+    code = Exit.NOT_COMPLIANT if doc.get("incomplete") else Exit.OK
+    if doc.get("incomplete"):
+        sys.stderr.write(printable(f"provisioner report: {doc['incomplete']}") + "\n")
     if args.json == "-":  # stdout is the document (it names the ledger): the line on stderr
         sys.stderr.write(ledger_line(location) + "\n")
-        return int(Exit.OK)
+        return int(code)
     sys.stdout.write(ledger_line(location) + "\n")  # the first line, as every command's
     if not (args.json or args.junit or args.html or args.prom_textfile):
         _print(doc)
@@ -64,7 +72,32 @@ def run(args: argparse.Namespace) -> int:
         if args.prom_textfile:
             written.append(f"{args.prom_textfile.rstrip('/')}/gdsfleet.prom")
         sys.stdout.write(f"run {run_id} ({doc['kind']}): wrote {', '.join(written)}\n")
-    return int(Exit.OK)
+    return int(code)
+
+
+# how far back `latest` looks for a run that is complete
+LATEST_LOOKBACK = 100
+
+
+def _latest_complete(ledger: Any, shown: str) -> tuple[str, list[str]]:
+    """The newest run that finished with its nodes recorded, and a line for each newer one it
+    passed over (interrupted, still open, empty: they prove nothing about the fleet). None
+    complete: the newest run, rendered as incomplete (said in every format, exit 1)."""
+    from provisioner.reports.model import incomplete_reason
+
+    runs = ledger.runs(limit=LATEST_LOOKBACK)
+    if not runs:
+        raise UsageError(f"no runs in the ledger {shown}; run `provisioner verify` or "
+                         f"`provisioner rollout` first")
+    passed: list[str] = []
+    for run in runs:
+        count = ledger.run_node_count(run["id"], run["kind"])
+        result = ledger.run_result(run["id"]) if run["kind"] == "rollout" else None
+        why = incomplete_reason(run, count, result)
+        if why is None:
+            return run["id"], passed
+        passed.append(f"{why}; `provisioner report {run['id']}` renders it")
+    return runs[0]["id"], []
 
 
 def _print(doc: dict[str, Any]) -> None:
@@ -76,7 +109,8 @@ def _print(doc: dict[str, Any]) -> None:
         render(doc, sys.stdout)
         return
     nodes = node_view(doc)
-    view = {"run_id": doc["run_id"], "nodes": nodes, "summary": summarize(nodes)}
+    view = {"run_id": doc["run_id"], "nodes": nodes, "incomplete": doc.get("incomplete"),
+            "summary": summarize(nodes, incomplete=doc.get("incomplete"))}
     sys.stdout.write(printable(f"rollout {doc['run_id']}: {doc.get('status')}") + "\n")
     for n in doc.get("nodes") or []:  # node text from the ledger: shown escaped
         sys.stdout.write(printable(f"  wave {n.get('wave')}  {n.get('name')}: {n.get('step')}"

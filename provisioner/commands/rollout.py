@@ -232,16 +232,8 @@ def _validate(args: argparse.Namespace) -> dict[str, Any]:
     check_output_path("--junit", args.junit, stdout_ok=False)
     check_output_path("--html", getattr(args, "html", None), stdout_ok=False)
     from provisioner.rollout import playbooks
-    from provisioner.rollout.adapters import checkout_collections
 
-    env = playbooks.ansible_env()
-    from provisioner.rollout.ansible_env import connection_env
-
-    env.update(connection_env(pipelining=not getattr(args, "no_pipelining", False)))
-    lab = checkout_collections()
-    if "ANSIBLE_COLLECTIONS_PATH" not in env and lab is not None:
-        # a checkout (editable install): where scripts/install_collection.sh installs it
-        env["ANSIBLE_COLLECTIONS_PATH"] = str(lab)
+    env = playbooks.run_env(pipelining=not getattr(args, "no_pipelining", False))
     # the installed collection's playbooks by FQCN unless told otherwise; refused here, before
     # any change, when they cannot be found (the message says how to install the collection)
     playbook = playbooks.resolve(args.playbook or playbooks.SITE, env=env)
@@ -493,12 +485,7 @@ def _run_locked(args: argparse.Namespace, checked: dict[str, Any], lock: Any, fl
     from provisioner.identifiers import protect
     from provisioner.inventory import load_inventory
     from provisioner.rollout.engine import Engine, RolloutOptions
-    from provisioner.rollout.progress import (
-        make_observer,
-        summary_table,
-        write_json,
-        write_junit,
-    )
+    from provisioner.rollout.progress import live_document, make_observer, summary_table
     from provisioner.store import Ledger, display_url
 
     inventory = load_inventory(args.inventory, args.limit)
@@ -533,6 +520,9 @@ def _run_locked(args: argparse.Namespace, checked: dict[str, Any], lock: Any, fl
         recorded["extra_var"] = [f"{k}={v}" for k, v in shown.items()]
         recorded["ledger"] = shown_url(args.ledger) if args.ledger else None
         recorded["argv"] = redact_argv(sys.argv[1:])
+        # the inventory's gdsfleet_simulated, kept with the run: every report of it says so
+        simulated = sorted(n.name for n in inventory.nodes if n.simulated)
+        recorded["simulated"] = simulated
         options = RolloutOptions(
             waves=args.waves,
             max_parallel=args.max_parallel,
@@ -584,17 +574,14 @@ def _run_locked(args: argparse.Namespace, checked: dict[str, Any], lock: Any, fl
     finally:
         ledger.close()
     if not args.quiet:
-        summary_table(result, inventory=str(args.inventory))
+        summary_table(result, inventory=str(args.inventory), simulated=simulated)
         sys.stderr.write(f"ledger: {display_url(location)} (run {result.run_id})\n")
-    extra = {"ledger": display_url(location), "inventory": str(args.inventory)}
-    if args.json:
-        write_json(result, args.json, **extra)
-    if args.junit:
-        write_junit(result, args.junit)
-    if getattr(args, "html", None):
-        from provisioner.reports.cli import write_live
-        from provisioner.rollout.progress import report_dict
+    if args.json or args.junit or getattr(args, "html", None):
+        from provisioner.reports import write_reports
 
-        write_live(report_dict(result, **extra), html=args.html, location=location,
-                   run_id=result.run_id)
+        # the run as the ledger holds it: what `provisioner report RUN` writes (issue 47)
+        doc = live_document(result, location, inventory=str(args.inventory),
+                            simulated=simulated)
+        write_reports(doc, json_path=args.json, junit=args.junit,
+                      html=getattr(args, "html", None))
     return int(result.exit_code)

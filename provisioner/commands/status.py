@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from provisioner.exitcodes import Exit
@@ -125,6 +126,26 @@ def note_text(failing: list[str], warnings: list[str], drift: list[str] | None =
     return "; ".join(parts)
 
 
+def open_with_hint(args: argparse.Namespace, location: str, prog: str,
+                   opener: Callable[[str], LedgerQueries] = open_read_only) -> LedgerQueries:
+    """The ledger, read-only (``opener``: the command's own ``open_read_only``); with no
+    ledger named in a checkout whose lab has one, a note on stderr says how to read the lab's
+    (and a missing ledger's error says it too)."""
+    from provisioner.errors import LedgerError
+    from provisioner.store.location import lab_hint
+
+    hint = lab_hint(args.ledger, args.inventory, location)
+    try:
+        ledger = opener(location)
+    except LedgerError as exc:
+        if hint:
+            raise LedgerError(f"{exc}; {hint}") from None
+        raise
+    if hint:
+        sys.stderr.write(printable(f"{prog}: note: read {display_url(location)}; {hint}") + "\n")
+    return ledger
+
+
 def run(args: argparse.Namespace) -> int:
     location = resolve_ledger(args.ledger, args.inventory)
     unreachable: list[str] = []
@@ -137,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         from provisioner.errors import UsageError
 
         raise UsageError("--limit selects the nodes --attest asks: add --attest")
-    with open_read_only(location) as ledger:  # never creates anything
+    with open_with_hint(args, location, "provisioner status") as ledger:  # creates nothing
         attests = ledger.latest_attestations()
         rows = [with_attest(_row(x), attests.get(str(x["node"]))) for x in ledger.latest()]
     if args.drift:

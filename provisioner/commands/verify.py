@@ -268,6 +268,9 @@ def run(args: argparse.Namespace) -> int:
     recorded = {
         k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)
     }
+    # how many nodes the run set out to verify: an interrupted run's report says "after 3 of
+    # 8 node(s)" (provisioner.reports.model.incomplete_reason)
+    recorded["selected_nodes"] = len(items)
     started_at = utcnow()
     run_id = ledger.start_run("verify", fleet, recorded) if ledger else new_run_id()
     reports: dict[str, dict[str, Any]] = {}

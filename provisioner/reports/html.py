@@ -141,6 +141,8 @@ def context(doc: Mapping[str, Any]) -> dict[str, Any]:
         "drifted": [n for n in nodes if n.get("drift")],
         "warned": [n for n in nodes if n["warnings"]],
         "simulated_banner": simulated_line(nodes),
+        # an interrupted, open or empty run: said at the top, never "Every node is compliant"
+        "incomplete": doc.get("incomplete"),
         "any_gdsio": any(n["gdsio_view"] for n in nodes),
         "counts": {r: counts[r] for r in RESULTS},
         "results": RESULTS,

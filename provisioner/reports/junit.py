@@ -37,6 +37,20 @@ def to_junit(doc: Mapping[str, Any]) -> str:
     return verify_junit(doc)
 
 
+def _incomplete_suite(root: ET.Element, doc: Mapping[str, Any]) -> int:
+    """A run that proves nothing (interrupted, open, empty) is one failing case of its own,
+    so a CI that reads only failures sees it; 1 when it added one."""
+    why = doc.get("incomplete")
+    if not why:
+        return 0
+    suite = ET.SubElement(root, "testsuite", name="run", tests="1", failures="0", errors="1",
+                          skipped="0")
+    case = ET.SubElement(suite, "testcase", name="complete", classname="gdsfleet.run")
+    err = ET.SubElement(case, "error", message=str(why)[:500], type="incomplete")
+    err.text = str(why)
+    return 1
+
+
 def _xml_safe(doc: Mapping[str, Any]) -> dict[str, Any]:
     """Every string of ``doc`` fit for XML 1.0: control characters (ESC, NUL...), lone
     surrogates and U+FFFE/U+FFFF shown escaped (provisioner.sanitize), so the file parses
@@ -98,6 +112,9 @@ def verify_junit(doc: Mapping[str, Any]) -> str:
         for k in ("tests", "failures", "errors", "skipped"):
             suite.set(k, str(counts[k]))
             totals[k] += counts[k]
+    if _incomplete_suite(root, doc):
+        totals["tests"] += 1
+        totals["errors"] += 1
     for k in ("tests", "failures", "errors", "skipped"):
         root.set(k, str(totals[k]))
     ET.indent(root)
@@ -127,7 +144,7 @@ def rollout_junit(doc: Mapping[str, Any]) -> str:
             case = ET.SubElement(suite, "testcase", classname=f"rollout.{label}",
                                  name=str(n.get("name")),
                                  time=_seconds(n.get("duration_s")))
-            sim = is_simulated(n.get("verification") or {})
+            sim = n.get("simulated") is True or is_simulated(n.get("verification") or {})
             ET.SubElement(ET.SubElement(case, "properties"), "property", name="simulated",
                           value="true" if sim else "false")
             failure, step, reason = n.get("failure"), n.get("step"), n.get("reason") or ""
@@ -141,6 +158,7 @@ def rollout_junit(doc: Mapping[str, Any]) -> str:
                 ET.SubElement(case, "skipped", message=f"{step}: {reason}"[:500])
         suite.set("failures", str(fails))
         suite.set("skipped", str(skipped))
+    _incomplete_suite(suites, doc)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 

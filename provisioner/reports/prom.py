@@ -30,6 +30,9 @@ MIB = 1 << 20
 METRICS: dict[str, str] = {
     "gdsfleet_report_info": "The run this file was rendered from (value always 1).",
     "gdsfleet_report_generated_timestamp_seconds": "When this file was written (Unix time).",
+    "gdsfleet_report_complete": "1 if the run finished with its nodes recorded, 0 if it was "
+                                "interrupted, is still open or recorded no node (it then "
+                                "proves nothing about the fleet).",
     "gdsfleet_node_compliant": "1 if the node is compliant (GDS proven on the direct path), "
                                "else 0; route, io_path and simulated (the inventory's "
                                "gdsfleet_simulated: stand-in hardware) as labels.",
@@ -92,6 +95,7 @@ def samples(doc: Mapping[str, Any], *, now: float) -> Iterable[tuple[str, dict[s
     yield ("gdsfleet_report_info",
            {"run_id": doc.get("run_id") or "", "kind": doc.get("kind") or "verify"}, 1)
     yield "gdsfleet_report_generated_timestamp_seconds", {}, now
+    yield "gdsfleet_report_complete", {}, 0 if doc.get("incomplete") else 1
     nodes = node_view(doc)
     results: dict[str, int] = {"compliant": 0, "not_compliant": 0, "unreachable": 0,
                                "error": 0}

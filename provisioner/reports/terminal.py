@@ -150,6 +150,9 @@ def summary_line(doc: Mapping[str, Any]) -> str:
     if s.get("errors"):
         parts.append(f"{s['errors']} internal error(s)")
     line = ", ".join(parts) + f" (exit {s['exit_code']})"
+    why = doc.get("incomplete") or s.get("incomplete")
+    if why:  # said first: the counts of an interrupted run are not the fleet's
+        line = f"{printable(why)}\n{line}"
     sim = simulated_line(doc.get("nodes") or [])
     return f"{line}\n{sim}" if sim else line
 

@@ -59,7 +59,12 @@ from provisioner.rollout.planner import (
     Wave,
     plan_waves,
 )
-from provisioner.rollout.steps import NodeSteps, reboot_decision, reboot_required
+from provisioner.rollout.steps import (
+    NOT_STARTED_FAILURE,
+    NodeSteps,
+    reboot_decision,
+    reboot_required,
+)
 
 __all__ = [
     "COMPLIANT",
@@ -89,6 +94,13 @@ __all__ = [
     "reboot_decision",
     "reboot_required",
 ]
+
+
+def _brief(text: str, width: int = 160) -> str:
+    """A reason cut at a word for a line that names several nodes."""
+    import textwrap
+
+    return textwrap.shorten(text, width, placeholder=" ...") if text.strip() else text
 
 
 class Engine(NodeSteps):
@@ -128,6 +140,7 @@ class Engine(NodeSteps):
         self.run_id = ""
         self._new_run_id = new_run_id  # the id a new (not resumed) run gets
         self._total_failures = 0
+        self.playbook_began = False  # a provisioning playbook of this attempt began
         self._changed_since_gate = True
         self._caught: dict[str, str] = {}  # resume: node -> the step it was caught in
         from provisioner.rollout.state import ResultWriter
@@ -172,7 +185,8 @@ class Engine(NodeSteps):
                     if p.name in mid
                 ]
                 rest = [p for p in planned if p.name not in mid]
-                waves.append(Wave(int(w["index"]), tuple(first + rest)))
+                waves.append(Wave(int(w["index"]), tuple(first + rest),
+                                  whole=w.get("whole") is True))
             plan = Plan(spec=str(recorded.get("spec", self.opts.waves)), waves=tuple(waves))
             self._caught = {
                 n: str((steps[n].get("detail") or {}).get("during") or steps[n]["step"])
@@ -250,10 +264,12 @@ class Engine(NodeSteps):
                     raise Lost(summary.stopped)
                 if summary.stopped:
                     # stopped only by nodes it could not reach: exit 2 names the cause (as
-                    # verify's does), 3 stays for a failure, a gate or a "no" (docs/cli.md)
+                    # verify's does), 3 stays for a failure, a gate or a "no" (docs/cli.md);
+                    # 64 when the playbook could not start and none began before: nothing ran
                     only_unreachable = 0 < summary.unreachable == summary.failures
-                    raise Stop(summary.stopped,
-                               Exit.UNREACHABLE if only_unreachable else Exit.ABORTED)
+                    code = (Exit.USAGE if summary.not_started and not self.playbook_began
+                            else Exit.UNREACHABLE if only_unreachable else Exit.ABORTED)
+                    raise Stop(summary.stopped, code)
         except Stop as stop:
             status, code, message = "aborted", stop.code, str(stop.args[0])
         except Lost as lost:
@@ -321,7 +337,7 @@ class Engine(NodeSteps):
 
     def _result(self, status: str, code: Exit, message: str, plan: Plan,
                 summaries: list[WaveSummary], resumed: bool, started: float) -> RolloutResult:
-        return RolloutResult(
+        result = RolloutResult(
             run_id=self.run_id,
             status=status,
             exit_code=code,
@@ -332,6 +348,19 @@ class Engine(NodeSteps):
             resumed=resumed,
             duration_s=time.monotonic() - started,
         )
+        # what this attempt ended with, beside the steps and verifications: `report RUN`
+        # writes the document `rollout --json` wrote from it (one writer, issue 47)
+        record = getattr(self.ledger, "record_result", None)
+        if record is not None:
+            from provisioner.errors import LedgerError
+
+            try:
+                record(self.run_id, result.to_dict(verifications=False))
+            except LedgerError as exc:  # the steps are recorded; an interrupt's code stands
+                self.obs.message(f"the ledger did not take this attempt's result ({exc}); "
+                                 f"`provisioner report {self.run_id}` renders the run without "
+                                 f"its exit code and message")
+        return result
 
     def _prestart_next(self, later: Sequence[Wave]) -> None:
         """Start the next wave's playbook run now, held before its first play until that wave
@@ -414,6 +443,8 @@ class Engine(NodeSteps):
                 break  # a playbook run was cut: nothing more changes in this attempt
         for p in wave.nodes:
             n = self.nodes[p.name]
+            if n.failure == NOT_STARTED_FAILURE:
+                summary.not_started += 1
             if n.step == LOST:
                 summary.lost += 1
             elif n.failure == "unreachable":
@@ -430,12 +461,23 @@ class Engine(NodeSteps):
         summary.duration_s = time.monotonic() - t0
         from provisioner.rollout.explain import short_reason
 
+        # each node's whole reason is on its own line under the summary table: here it is
+        # cut at a word (issue 47: a 700-character gate message was printed three times)
         failing = sorted(
-            f"{n.name} ({short_reason(n.failure, n.reason)})"
+            f"{n.name} ({_brief(short_reason(n.failure, n.reason))})"
             for n in (self.nodes[p.name] for p in wave.nodes)
             if n.failure
         )
-        if summary.lost:
+        if summary.not_started:
+            # Ansible could not load the playbook: every wave would fail the same way
+            first = next(n for n in (self.nodes[p.name] for p in wave.nodes)
+                         if n.failure == NOT_STARTED_FAILURE)
+            summary.passed = False
+            summary.stopped = (
+                f"{first.reason}; no node was touched by it ({summary.not_started} in "
+                f"{wave.label}); fix the playbook or install what it names, then run the same "
+                f"command again")
+        elif summary.lost:
             lost = sorted(p.name for p in wave.nodes if self.nodes[p.name].step == LOST)
             summary.passed = False
             summary.stopped = (

@@ -74,6 +74,11 @@ def explain(name: str, failure: str | None, reason: str, step: str = "",
         checks = _strip_prefix(reason[len("verification:"):], "not compliant")
         return (f"{name}: provisioned, but not compliant ({checks}); `provisioner verify{inv}"
                 f"{limit} --details` says what each check needs, {_AGAIN}")
+    if failure == "not_started":
+        return (f"{name}: {detail or 'the playbook did not start'}; nothing ran on it: fix "
+                f"the playbook, or install the collection or role Ansible names (`ansible-galaxy "
+                f"collection install ansible.posix community.general` for gdsfleet.gds's own), "
+                f"then run the same command again")
     if failure == "drain":
         return f"{name}: not drained ({detail}); drain it or fix --drain-cmd, {_AGAIN}"
     if step == "reboot_pending":
@@ -84,6 +89,17 @@ def explain(name: str, failure: str | None, reason: str, step: str = "",
 
 
 def explain_nodes(nodes: Any, inventory: str | None = None) -> list[str]:
-    """The lines for every node of a result that failed or waits (NodeResult-like objects)."""
-    return [explain(n.name, n.failure, n.reason, n.step, inventory)
-            for n in nodes if n.failure or n.step == "reboot_pending"]
+    """The lines for every node of a result that failed or waits (NodeResult-like objects);
+    the nodes a playbook that did not start left alike share one line (Ansible's error is the
+    run's, not a node's: it was said once per node before, 8 times on 8 nodes)."""
+    out: list[str] = []
+    alike: dict[str, list[str]] = {}
+    for n in nodes:
+        if n.failure == "not_started":
+            alike.setdefault(n.reason, []).append(n.name)
+        elif n.failure or n.step == "reboot_pending":
+            out.append(explain(n.name, n.failure, n.reason, n.step, inventory))
+    for reason, names in alike.items():
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        out.insert(0, explain(shown, "not_started", reason, "failed", inventory))
+    return out

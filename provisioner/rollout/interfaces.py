@@ -146,13 +146,15 @@ class NodeResult:
     provisioned: bool = False
     rebooted: bool = False
     carried_over: bool = False  # finished in an earlier attempt of this run (resume)
-    failure: str | None = None  # failed | unreachable | drain: counts against the budgets
+    # failed | unreachable | drain | not_started (the playbook did not start): counts
+    # against the budgets
+    failure: str | None = None
     outcome: dict[str, Any] | None = None
     verification: dict[str, Any] | None = None
     duration_s: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, *, verification: bool = True) -> dict[str, Any]:
+        out = {
             "name": self.name,
             "wave": self.wave,
             "action": self.action,
@@ -166,6 +168,9 @@ class NodeResult:
             "verification": self.verification,
             "duration_s": round(self.duration_s, 3),
         }
+        if not verification:  # the ledger holds the verifications as rows of their own
+            del out["verification"]
+        return out
 
 
 @dataclass
@@ -179,6 +184,8 @@ class WaveSummary:
     skipped: int = 0
     reboot_pending: int = 0
     lost: int = 0  # no final result from the playbook: not a failure, redone on resume
+    # the playbook did not start (Ansible's error): counted in failed too; the rollout stops
+    not_started: int = 0
     allowed_failures: int = 0
     passed: bool = True
     duration_s: float = 0.0
@@ -199,6 +206,7 @@ class WaveSummary:
             "skipped": self.skipped,
             "reboot_pending": self.reboot_pending,
             "lost": self.lost,
+            "not_started": self.not_started,
             "failures": self.failures,
             "allowed_failures": self.allowed_failures,
             "passed": self.passed,
@@ -225,7 +233,7 @@ class RolloutResult:
             out[n.step] = out.get(n.step, 0) + 1
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, verifications: bool = True) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -236,7 +244,7 @@ class RolloutResult:
             "counts": self.counts(),
             "plan": self.plan.to_dict(),
             "waves": [w.to_dict() for w in self.waves],
-            "nodes": [n.to_dict() for n in self.nodes.values()],
+            "nodes": [n.to_dict(verification=verifications) for n in self.nodes.values()],
         }
 
 

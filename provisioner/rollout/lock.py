@@ -42,11 +42,21 @@ def holder_info(fleet: str) -> dict[str, Any]:
 
 
 def describe(info: dict[str, Any]) -> str:
+    """The holder in words: who, since when, which run, and the command it runs, as far as
+    it can be said without its arguments (they can hold secrets: only the inventory, which
+    the lock file names as the fleet, issue 47)."""
     run = f", run {info['run_id']}" if info.get("run_id") else ""
+    fleet = info.get("fleet")
+    command = f", running `provisioner rollout -i {fleet}`" if fleet else ""
     return (
         f"pid {info.get('pid', '?')} on {info.get('host', '?')} by {info.get('user', '?')} "
-        f"since {info.get('started_at', '?')}{run}"
+        f"since {info.get('started_at', '?')}{run}{command}"
     )
+
+
+# what a refused rollout may do instead of giving up (issue 47: the message said neither)
+WAIT_HINT = ("or pass --wait-lock SECONDS to wait for it here (a standby that takes the run "
+             "over when the holder dies)")
 
 
 def lock_path_for(ledger: str) -> Path | None:
@@ -131,8 +141,8 @@ class FileLock:
             os.close(fd)
             raise LockHeld(
                 f"another rollout holds the lock {str(self.path)!r}: {describe(info)}; "
-                f"wait for it to finish (or stop it: a killed rollout releases the lock, and "
-                f"the same command resumes it)"
+                f"wait for it to finish, {WAIT_HINT} (or stop it: a killed rollout releases "
+                f"the lock, and the same command resumes it)"
             ) from None
         except OSError:
             os.close(fd)
@@ -244,8 +254,8 @@ class PgAdvisoryLock:
                 else "another session"
             )
             raise LockHeld(
-                f"another rollout holds the fleet lock for {self.fleet!r}: {who}; wait for it "
-                f"to finish"
+                f"another rollout holds the fleet lock for {self.fleet!r}: {who}, running "
+                f"`provisioner rollout -i {self.fleet}`; wait for it to finish, {WAIT_HINT}"
             )
         self._conn = (engine, conn)
         return self

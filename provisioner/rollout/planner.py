@@ -2,9 +2,12 @@
 
 A wave spec is a comma list of sizes, each a count (``5``) or a percentage of the whole target
 set (``20%``, rounded up, at least one node). The first wave is the canary. Sizes that exceed
-what is left are capped; when the spec runs out before the nodes do, the last wave takes the
-rest. Planning is pure: it reads the ledger's latest state through a mapping handed in and
-changes nothing.
+what is left are capped; when the spec runs out before the nodes do, the nodes left form one
+last wave of their own (issue 47: ``1`` on 8 nodes was one wave of 8, every node "the
+canary"). A canary is never the whole selection of more than one node: a first entry that
+would take every node is refused (exit 64), unless the spec is the word ``all``, which asks in
+words for one wave of every node and no canary. Planning is pure: it reads the ledger's latest
+state through a mapping handed in and changes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 from provisioner.errors import UsageError
 
 DEFAULT_WAVES = "1,5,25%,100%"
+# the spec that asks, in words, for every node in one wave, without a canary
+ALL_AT_ONCE = "all"
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
 
@@ -36,18 +41,23 @@ class Action(str, Enum):
 
 @dataclass(frozen=True)
 class WaveSize:
-    """One entry of a wave spec."""
+    """One entry of a wave spec (``whole``: the spec ``all``)."""
 
     value: int
     percent: bool
+    whole: bool = False
 
     def resolve(self, total: int) -> int:
         """Number of nodes this entry stands for in a target set of ``total`` nodes."""
+        if self.whole:
+            return total
         if self.percent:
             return max(1, math.ceil(total * self.value / 100))
         return self.value
 
     def __str__(self) -> str:
+        if self.whole:
+            return ALL_AT_ONCE
         return f"{self.value}%" if self.percent else str(self.value)
 
 
@@ -62,13 +72,16 @@ class PlannedNode:
 class Wave:
     index: int  # 0 = canary
     nodes: tuple[PlannedNode, ...]
+    whole: bool = False  # --waves all: every node at once, asked in words; no canary
 
     @property
     def canary(self) -> bool:
-        return self.index == 0
+        return self.index == 0 and not self.whole
 
     @property
     def label(self) -> str:
+        if self.whole:
+            return "all (no canary)"
         return "canary" if self.canary else f"wave {self.index}"
 
     def names(self) -> list[str]:
@@ -103,6 +116,7 @@ class Plan:
                 {
                     "index": w.index,
                     "label": w.label,
+                    **({"whole": True} if w.whole else {}),
                     "nodes": [
                         {"name": n.name, "action": n.action.value, "reason": n.reason}
                         for n in w.nodes
@@ -118,13 +132,17 @@ def parse_wave_spec(spec: str) -> tuple[WaveSize, ...]:
     """Parse ``"1,5,20%,100%"``; raise :class:`UsageError` with the reason when malformed."""
     if spec is None or not str(spec).strip():
         raise UsageError("--waves is empty; give sizes like '1,5,20%,100%'")
+    if str(spec).strip().lower() == ALL_AT_ONCE:
+        return (WaveSize(100, True, whole=True),)
     sizes: list[WaveSize] = []
     for i, raw in enumerate(str(spec).split(","), start=1):
         m = _SIZE_RE.match(raw)
         if not m:
+            also = (f" ('{ALL_AT_ONCE}' stands alone: --waves {ALL_AT_ONCE})"
+                    if raw.strip().lower() == ALL_AT_ONCE else "")
             raise UsageError(
                 f"--waves {spec!r}: entry {i} ({raw.strip()!r}) is not a count or a "
-                f"percentage; give sizes like '1,5,20%,100%'"
+                f"percentage; give sizes like '1,5,20%,100%'{also}"
             )
         value, pct = int(m.group(1)), bool(m.group(2))
         if value <= 0:
@@ -138,8 +156,19 @@ def parse_wave_spec(spec: str) -> tuple[WaveSize, ...]:
 
 
 def wave_sizes(spec: str | Sequence[WaveSize], total: int) -> list[int]:
-    """Split ``total`` nodes into wave sizes following ``spec`` (see the module doc)."""
+    """Split ``total`` nodes into wave sizes following ``spec`` (see the module doc); a
+    first entry that would make the whole selection of more than one node the canary is
+    refused (UsageError, exit 64), the spec ``all`` excepted."""
     sizes = parse_wave_spec(spec) if isinstance(spec, str) else tuple(spec)
+    if total > 1 and sizes and not sizes[0].whole and sizes[0].resolve(total) >= total:
+        first = sizes[0]
+        text = ",".join(str(x) for x in sizes)
+        took = f"{first} of {total} = {first.resolve(total)}" if first.percent else str(first)
+        raise UsageError(
+            f"--waves {text} on {total} nodes: the canary ({took}) would be every selected "
+            f"node, and a canary is never the whole fleet; give a smaller first entry "
+            f"(--waves 1,{text} puts one node first), or --waves {ALL_AT_ONCE} to provision "
+            f"all {total} at once with no canary")
     out: list[int] = []
     left = total
     for size in sizes:
@@ -148,11 +177,8 @@ def wave_sizes(spec: str | Sequence[WaveSize], total: int) -> list[int]:
         n = min(size.resolve(total), left)
         out.append(n)
         left -= n
-    if left > 0:
-        if out:
-            out[-1] += left
-        else:  # pragma: no cover - parse_wave_spec never returns an empty spec
-            out.append(left)
+    if left > 0:  # the spec ran out first: the rest is one last wave of its own
+        out.append(left)
     return out
 
 
@@ -161,12 +187,15 @@ def describe_waves(spec: str | Sequence[WaveSize], total: int) -> str:
     nodes -> 3 waves of 1, 5, 2 (25% of 8 = 2; 100%: no node left)``, as :func:`wave_sizes`
     computes it: a percentage is of the whole fleet, rounded up; an entry larger than what is
     left takes what is left; entries after the last node add nothing; nodes left after the last
-    entry join the last wave."""
+    entry form a last wave of their own."""
     sizes = parse_wave_spec(spec) if isinstance(spec, str) else tuple(spec)
     text = ",".join(str(x) for x in sizes)
     if total <= 0:
         return f"{text} on 0 nodes -> no wave"
     out = wave_sizes(sizes, total)
+    if sizes and sizes[0].whole:
+        return (f"{text} on {total} node{'s' if total != 1 else ''} -> 1 wave of {total} "
+                f"(asked for: every node at once, no canary)")
     notes: list[str] = []
     empty: list[str] = []
     left = total
@@ -185,10 +214,26 @@ def describe_waves(spec: str | Sequence[WaveSize], total: int) -> str:
     if empty:
         notes.append(f"{', '.join(empty)}: no node left")
     if left > 0:
-        notes.append(f"the {left} node(s) after the last entry join the last wave")
+        notes.append(f"the {left} node(s) after the last entry form a last wave")
     waves = f"{len(out)} wave{'s' if len(out) != 1 else ''} of {', '.join(map(str, out))}"
     return (f"{text} on {total} node{'s' if total != 1 else ''} -> {waves}"
             + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def describe_plan(plan: Plan) -> str:
+    """:func:`describe_waves` of the plan's spec when it splits the plan's nodes as the plan
+    does; otherwise (a run resumed from a plan an earlier version made by another rule, or a
+    spec refused now) the waves the plan really has."""
+    sizes = [len(w) for w in plan.waves]
+    try:
+        if wave_sizes(plan.spec, len(plan)) == sizes:
+            return describe_waves(plan.spec, len(plan))
+    except UsageError:
+        pass
+    total = len(plan)
+    return (f"{plan.spec} on {total} node{'s' if total != 1 else ''} -> {len(sizes)} "
+            f"wave{'s' if len(sizes) != 1 else ''} of {', '.join(map(str, sizes))} "
+            f"(as planned when the run began)")
 
 
 def node_action(
@@ -244,8 +289,9 @@ def plan_waves(
     ordered = resumed + provision + verify
     waves: list[Wave] = []
     start = 0
+    whole = bool(sizes) and sizes[0].whole
     for i, n in enumerate(wave_sizes(sizes, len(ordered))):
-        waves.append(Wave(i, tuple(ordered[start : start + n])))
+        waves.append(Wave(i, tuple(ordered[start : start + n]), whole=whole))
         start += n
     return Plan(spec=str(spec), waves=tuple(waves))
 

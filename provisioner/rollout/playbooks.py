@@ -48,6 +48,7 @@ try:
     out["config"] = C.CONFIG_FILE
     out["search"] = [str(p) for p in C.COLLECTIONS_PATHS]
     out["scanned"] = [str(p) for p in AnsibleCollectionConfig.collection_paths]
+    out["scan_sys_path"] = bool(C.COLLECTIONS_SCAN_SYS_PATH)
     ns, name = sys.argv[1].split(".")[:2]
     try:
         import importlib
@@ -58,10 +59,39 @@ try:
     found = _get_collection_playbook_path(sys.argv[1])
     if found:
         out["path"] = found[1]
+    if out["collection_dir"]:
+        # the collection's own dependencies (MANIFEST.json), found by the same loader
+        from ansible.galaxy.dependency_resolution.versioning import meets_requirements
+        import os
+        deps = []
+        try:
+            with open(os.path.join(out["collection_dir"], "MANIFEST.json")) as fh:
+                wanted = json.load(fh)["collection_info"].get("dependencies") or {}
+        except (OSError, ValueError, KeyError, TypeError):
+            wanted = {}
+        for dep, req in sorted(wanted.items()):
+            entry = {"name": dep, "wanted": str(req), "version": None, "path": None, "ok": False}
+            try:
+                mod = importlib.import_module("ansible_collections." + dep)
+                entry["path"] = list(mod.__path__)[0]
+                with open(os.path.join(entry["path"], "MANIFEST.json")) as fh:
+                    entry["version"] = json.load(fh)["collection_info"]["version"]
+                entry["ok"] = meets_requirements(entry["version"], str(req))
+            except ImportError:
+                pass
+            except (OSError, ValueError, KeyError, TypeError):
+                entry["ok"] = True  # found without a MANIFEST (a source checkout): no version
+            deps.append(entry)
+        out["dependencies"] = deps
 except Exception as exc:  # reported to the caller, which refuses with it
     out["error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
+
+
+# A dependency of gdsfleet.gds that only some of its playbooks use (galaxy.yml lists it for
+# them): its absence refuses only those (kubernetes.core: roles/gpu_operator's Helm module).
+PARTIAL_DEPENDENCIES = {"kubernetes.core": (f"{COLLECTION}.gpu_operator",)}
 
 
 @dataclass(frozen=True)
@@ -107,6 +137,23 @@ def ansible_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def run_env(*, pipelining: bool = True) -> dict[str, str]:
+    """The Ansible environment a rollout's playbook runs get (and the probe that resolves
+    them): :func:`ansible_env`, the connection settings, and in a checkout (an editable
+    install) with no ANSIBLE_COLLECTIONS_PATH, its ``.lab/collections``, where
+    scripts/install_collection.sh installs the collection. ``plan --playbook`` resolves with
+    the same."""
+    from provisioner.rollout.adapters import checkout_collections
+    from provisioner.rollout.ansible_env import connection_env
+
+    env = ansible_env()
+    env.update(connection_env(pipelining=pipelining))
+    lab = checkout_collections()
+    if "ANSIBLE_COLLECTIONS_PATH" not in env and lab is not None:
+        env["ANSIBLE_COLLECTIONS_PATH"] = str(lab)
+    return env
+
+
 def install_hint(fqcn: str) -> str:
     ns_name = ".".join(fqcn.split(".")[:2])
     return (
@@ -136,6 +183,45 @@ def _probe(fqcn: str, env: dict[str, str], cwd: Path | None) -> dict[str, object
     return doc
 
 
+def _refuse_missing_dependencies(spec: str, doc: dict[str, object]) -> None:
+    """The collection's dependencies (its MANIFEST.json's, as ``ansible-galaxy`` reads them)
+    that Ansible would not find or finds in a version the collection does not accept: refused
+    before anything runs, instead of every node failing on ``couldn't resolve module/action
+    'ansible.posix.mount'`` (a collection installed ``--no-deps`` on an offline site, issue
+    47). A dependency only other playbooks use (:data:`PARTIAL_DEPENDENCIES`) is not asked
+    for."""
+    deps = doc.get("dependencies")
+    if not isinstance(deps, list):
+        return
+    bad: list[str] = []
+    names: list[str] = []
+    for d in deps:
+        if not isinstance(d, dict) or d.get("ok"):
+            continue
+        name = str(d.get("name"))
+        users = PARTIAL_DEPENDENCIES.get(name)
+        if users is not None and spec not in users:
+            continue
+        names.append(name)
+        bad.append(f"{name} {d.get('wanted')} (found {d.get('version')} at {d.get('path')})"
+                   if d.get("path") else f"{name} {d.get('wanted')} (not found)")
+    if not bad:
+        return
+    ns_name = ".".join(spec.split(".")[:2])
+    paths = doc.get("search")
+    search = ", ".join(str(p) for p in paths) if isinstance(paths, list) and paths else "none"
+    also = (", plus ansible_collections folders on Python's path" if doc.get("scan_sys_path")
+            else "; not Python's path: ANSIBLE_COLLECTIONS_SCAN_SYS_PATH is false")
+    raise UsageError(
+        f"playbook {spec}: the collection {ns_name} needs {', '.join(bad)}, which Ansible does "
+        f"not find where it looks (COLLECTIONS_PATHS: {search}{also}); its tasks would fail "
+        f"on every node with \"couldn't "
+        f"resolve module/action\". To fix: `ansible-galaxy collection install "
+        f"{' '.join(names)}` (add -p DIR for the path {ns_name} is in; offline: `ansible-galaxy "
+        f"collection download {' '.join(names)}` on a machine with access, then install the "
+        f"tarballs), or `pip install ansible`, which carries them")
+
+
 def resolve(spec: str, *, env: dict[str, str] | None = None,
             run_dir: Path | None = None) -> Playbook:
     """The playbook ``spec`` names, or UsageError saying how to make it available.
@@ -152,6 +238,7 @@ def resolve(spec: str, *, env: dict[str, str] | None = None,
     env = ansible_env() if env is None else env
     doc = _probe(spec, env, run_dir)
     if doc.get("path"):
+        _refuse_missing_dependencies(spec, doc)
         return Playbook(spec, Path(str(doc["path"])), fqcn=True)
     search = [str(p) for p in doc.get("search") or []]  # type: ignore[attr-defined]
     where = ", ".join(search) or "none configured"

@@ -3,14 +3,15 @@
 :class:`LiveObserver` draws a live view with rich (overall bar, wave bar, a table of per-node
 states); :class:`PlainObserver` prints one line per event when the output is not a terminal
 (CI logs, pipes). Both go to stderr so ``--json -`` keeps stdout clean. ``summary_table``
-renders the final result; the files (``write_json``, ``write_junit``, HTML) come from
-provisioner.reports.
+renders the final result; the files (JSON, JUnit, HTML) are :func:`live_document`, the run
+read back from the ledger, written by provisioner.reports.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import threading
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -61,11 +62,11 @@ class PlainObserver:
         self.total = len(plan)
         self.finished = len(done)
         what = "resuming" if resumed else "starting"
-        from provisioner.rollout.planner import describe_waves
+        from provisioner.rollout.planner import describe_plan
 
         # how the spec collapsed on this fleet, not only how many waves (issue 30 item 5)
         self._print(
-            f"rollout {run_id}: {what}: {describe_waves(plan.spec, len(plan))}"
+            f"rollout {run_id}: {what}: {describe_plan(plan)}"
             + (f"; {len(done)} already finished" if done else "")
         )
 
@@ -78,7 +79,9 @@ class PlainObserver:
         self._last[name] = step
         if step in DONE_STEPS:
             self.finished += 1
-        tail = f" ({message})" if message and step in DONE_STEPS else ""
+        # cut at a word: the whole reason is on the node's line under the summary table
+        short = textwrap.shorten(message, 200, placeholder=" ...") if message.strip() else ""
+        tail = f" ({short})" if short and step in DONE_STEPS else ""
         self._print(f"[{self.finished}/{self.total}] {name}: {step}{tail}")
 
     def gate(self, name: str, ok: bool, message: str) -> None:
@@ -150,11 +153,11 @@ class LiveObserver:
         with self._lock:
             self.progress.update(self.overall, total=len(plan), completed=len(done),
                                  description=f"rollout {run_id}")
-            from provisioner.rollout.planner import describe_waves
+            from provisioner.rollout.planner import describe_plan
 
             what = "resuming" if resumed else "starting"
             self.console.print(_lit(f"rollout {run_id}: {what}: "
-                                    f"{describe_waves(plan.spec, len(plan))}"
+                                    f"{describe_plan(plan)}"
                                     + (f"; {len(done)} node(s) finished" if done else "")),
                                soft_wrap=True)
             self._refresh()
@@ -210,9 +213,9 @@ def make_observer(*, quiet: bool = False, plain: bool | None = None) -> Any:
 
 
 def summary_table(result: RolloutResult, stream: IO[str] | None = None,
-                  inventory: str | None = None) -> None:
-    """The final per-node table, one line per node that failed (what, where, what to do) and
-    the verdict."""
+                  inventory: str | None = None, simulated: Sequence[str] = ()) -> None:
+    """The final per-node table, one line per node that failed (what, where, what to do),
+    the verdict, and the line every report has when the inventory marks nodes simulated."""
     import textwrap
 
     from rich.console import Console
@@ -234,27 +237,51 @@ def summary_table(result: RolloutResult, stream: IO[str] | None = None,
                       f"[{_STYLE.get(n.step, '')}]{_lit(n.step)}[/]", _lit(cell))
     console.print(table)
     for line in explain_nodes(result.nodes.values(), inventory):
-        # one line each, whatever the node said (escaped; never wrapped by rich)
-        console.print(_lit(line), soft_wrap=True)
+        # one line each, whatever the node said (escaped; never wrapped by rich); a playbook's
+        # multi-line message reads as one line, not with its newlines shown as \x0a
+        console.print(_lit(" ".join(line.split())), soft_wrap=True)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(result.counts().items()))
     console.print(_lit(f"{result.message} [{counts}] in {result.duration_s:.1f}s; "
                        f"exit {int(result.exit_code)}"), soft_wrap=True)
+    from provisioner.reports.model import simulated_line
+
+    marked = set(simulated)
+    sim = simulated_line([{"simulated": n.name in marked} for n in result.nodes.values()])
+    if sim:  # the same words as verify's, status's and the HTML banner (issue 47)
+        console.print(_lit(sim), soft_wrap=True)
 
 
-def report_dict(result: RolloutResult, **extra: Any) -> dict[str, Any]:
-    from provisioner.reports.model import rollout_report
+def report_dict(result: RolloutResult, *, location: str | None = None,
+                inventory: str | None = None,
+                simulated: Sequence[str] = ()) -> dict[str, Any]:
+    """The rollout document of ``result`` from memory, by the one writer the ledger's
+    ``report RUN`` uses (:func:`provisioner.reports.model.rollout_document`): what
+    :func:`live_document` falls back to when the ledger cannot be read back."""
+    from provisioner.reports.model import rollout_document
 
-    return rollout_report(result, **extra)
+    run = {"id": result.run_id, "status": result.status,
+           "args": {"plan": result.plan.to_dict(), "inventory": inventory,
+                    "simulated": sorted(simulated)}}
+    verifications = {n.name: n.verification for n in result.nodes.values() if n.verification}
+    return rollout_document(run, {}, verifications, result.to_dict(verifications=False),
+                            location=location)
 
 
-def write_json(result: RolloutResult, path: str, **extra: Any) -> None:
-    from provisioner.reports import write_reports
+def live_document(result: RolloutResult, location: str, *, inventory: str | None = None,
+                  simulated: Sequence[str] = ()) -> dict[str, Any]:
+    """What ``rollout --json``/``--junit``/``--html`` write: the run read back from the
+    ledger it was just recorded in, exactly as ``provisioner report RUN`` reads it (one
+    shape, one writer, issue 47); from memory when the ledger cannot be read back (then
+    without the ledger's time stamps and with the verifications' summaries)."""
+    from provisioner.errors import LedgerError
+    from provisioner.reports.model import from_ledger
+    from provisioner.store import display_url, open_read_only
 
-    write_reports(report_dict(result, **extra), json_path=path)
-
-
-def write_junit(result: RolloutResult, path: str) -> None:
-    """One testsuite per wave, one testcase per node; failed/unreachable are failures."""
-    from provisioner.reports import write_reports
-
-    write_reports(report_dict(result), junit=path)
+    shown = display_url(location)
+    try:
+        with open_read_only(location) as ledger:
+            if ledger.run_result(result.run_id) is not None:
+                return from_ledger(ledger, result.run_id, location=shown)
+    except LedgerError:
+        pass
+    return report_dict(result, location=shown, inventory=inventory, simulated=simulated)

@@ -65,6 +65,9 @@ class HostStatus(str, Enum):
     FAILED = "failed"  # a task failed (not ignored, not rescued)
     UNREACHABLE = "unreachable"
     NOT_RUN = "not_run"  # no event for the host: the play never reached it
+    # the playbook never began (Ansible could not load it: a module it cannot resolve, a
+    # missing role, a YAML error): no host touched; the message is Ansible's own error
+    NOT_STARTED = "not_started"
     # the playbook started but its event stream ended without playbook_on_stats: no final
     # result (not a failure: no budget spent; the rollout redoes the host on resume)
     LOST = "lost"
@@ -165,6 +168,9 @@ class EventCollector:
         self._keep = keep_events
         self.events: list[dict[str, Any]] = []
         self.stdout_tail: list[str] = []
+        # the output from Ansible's first error line on (at most 16 lines): why a playbook
+        # that never began did not (start_error.ansible_error)
+        self.error_lines: list[str] = []
 
     def handle(self, event: Mapping[str, Any]) -> bool:
         """Fold one event in. Returns False: ansible-runner then writes no file for it
@@ -208,8 +214,9 @@ class EventCollector:
             stdout = event.get("stdout")
             if isinstance(stdout, str) and stdout.strip():
                 # the last 20 lines, each at most 2,000 characters (a node's line may be MiBs)
-                self.stdout_tail = (self.stdout_tail + [
-                    ln[-2000:] for ln in stdout[-64_000:].splitlines()])[-20:]
+                lines = [ln[-2000:] for ln in stdout[-64_000:].splitlines()]
+                self.stdout_tail = (self.stdout_tail + lines)[-20:]
+                self._keep_error(lines)
             if kind in ("playbook_on_start", "playbook_on_play_start"):
                 self._started = True
             if kind == "playbook_on_stats":
@@ -247,6 +254,25 @@ class EventCollector:
                 return
         if self._on_host_event is not None:
             self._on_host_event(host, kind, task)
+
+    def _keep_error(self, lines: Sequence[str]) -> None:
+        if len(self.error_lines) >= 16:
+            return
+        if not self.error_lines:
+            from provisioner.rollout.start_error import strip_colour
+
+            first = next((i for i, ln in enumerate(lines)
+                          if strip_colour(ln).lstrip().startswith(("[ERROR]:", "ERROR!"))), None)
+            if first is None:
+                return
+            lines = lines[first:]
+        self.error_lines = (self.error_lines + list(lines))[:16]
+
+    @property
+    def hosts(self) -> list[str]:
+        """The run's hosts: given at its start, or at its gate's release (:meth:`expect`)."""
+        with self._lock:
+            return list(self._hosts)
 
     def expect(self, hosts: Sequence[str]) -> None:
         """The run's hosts, when they were not known as it started (prestart.Gate)."""
@@ -531,12 +557,15 @@ def run_playbook(
     outcomes = collector.outcomes()
     error = None
     if not collector.saw_stats and not collector.started and not collector.seen_any:
-        # never began (syntax error, missing role, no ansible-playbook): every host failed
-        tail = "\n".join(collector.stdout_tail[-8:]) or f"ansible-playbook exited {rc}"
-        error = f"the playbook did not run ({status}, rc={rc}): {tail}"
-        outcomes = {
-            h: HostOutcome(h, HostStatus.FAILED, failed_task=None, message=error) for h in hosts
-        }
+        # never began (a module it cannot resolve, a missing role, a YAML error, no
+        # ansible-playbook): every host of the run (a gate's: those it was released for) gets
+        # Ansible's own error line; no host was touched
+        from provisioner.rollout.start_error import did_not_start, stopped_before_start
+
+        error = did_not_start(collector.error_lines or collector.stdout_tail, status, rc)
+        kind = HostStatus.FAILED if stopped_before_start(status) else HostStatus.NOT_STARTED
+        outcomes = {h: HostOutcome(h, kind, message=error)
+                    for h in (list(hosts) or collector.hosts)}
     elif not collector.saw_stats:
         # began, then its stream ended early: every host lost; say why in their message
         tail = _bounded("\n".join(collector.stdout_tail[-4:]), 600)

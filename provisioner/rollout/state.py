@@ -185,7 +185,7 @@ def record_results(ledger: Any, run_id: str, results: Sequence[Result]) -> None:
                 ])
     except SQLAlchemyError as exc:
         raise LedgerError(
-            f"ledger {ledger.location}: write failed: {store._short(exc)}"
+            f"write failed on the ledger {ledger.location} ({store._short(exc)})"
         ) from exc
 
 

@@ -35,6 +35,9 @@ from provisioner.rollout.planner import (
 )
 from provisioner.rollout.runner import HostOutcome, HostStatus
 
+# the failure kind of a node whose playbook Ansible could not start (HostStatus.NOT_STARTED)
+NOT_STARTED_FAILURE = "not_started"
+
 if TYPE_CHECKING:  # imported where used: it brings in sqlalchemy
     from provisioner.rollout.state import ResultWriter
 
@@ -109,6 +112,9 @@ class NodeSteps:
     _writer: ResultWriter
     _changed_since_gate: bool
     _caught: dict[str, str]
+    # some provisioning playbook of this attempt began (a host had an outcome other than
+    # "not started"): a playbook that then cannot start is exit 3, not 64 (something ran)
+    playbook_began: bool = False
 
     # ------------------------------------------------------------------ helpers
     def _step(self, name: str, step: str, wave: int, detail: Mapping[str, Any] | None = None,
@@ -120,7 +126,9 @@ class NodeSteps:
         """Nodes (``(name, detail)``) to ``step``, in one ledger transaction: the hosts of a
         batch move together."""
         msg = _clean_step(None, message)[1]
-        rows = [(name, step, wave, {**_clean_step(detail, "")[0], "failure": failure})
+        # the line the terminal shows is the ledger's too (report RUN reads it back, issue 47)
+        said = {"message": msg} if msg else {}
+        rows = [(name, step, wave, {**_clean_step(detail, "")[0], **said, "failure": failure})
                 for name, detail in items]
         with self._lock:
             self._writer.flush()  # results queued for these nodes land before their next step
@@ -249,6 +257,7 @@ class NodeSteps:
             node.provisioned = out.succeeded
             node.duration_s = time.monotonic() - t0
             if out.succeeded:
+                self.playbook_began = True
                 provisioned.append(name)
                 continue
             if out.status is HostStatus.LOST:
@@ -256,6 +265,14 @@ class NodeSteps:
                                            "outcome": out.to_dict()},
                            f"lost: {out.message or 'no final result'}; redone on resume")
                 continue
+            if out.status is HostStatus.NOT_STARTED:
+                # Ansible could not load the playbook: nothing ran on any node (the engine
+                # stops the rollout after this wave, exit 64 when no playbook began at all)
+                self._step(name, FAILED, w, {"reason": out.status.value,
+                                             "outcome": out.to_dict()},
+                           out.message or "the playbook did not start", NOT_STARTED_FAILURE)
+                continue
+            self.playbook_began = True
             where = f"task {out.failed_task!r}: " if out.failed_task else ""
             self._step(name, FAILED, w, {"reason": out.status.value, "outcome": out.to_dict()},
                        f"{out.status.value}: {where}{out.message or ''}".strip(),

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         ledger_meta,
         metadata,
         node_steps,
+        run_results,
         runs,
         step_events,
         verifications,
@@ -60,8 +61,8 @@ _LAZY = {
     "BUSY_TIMEOUT_MS": "engine", "_short": "engine",
     "LedgerQueries": "queries", "LedgerWrites": "writes",
     **dict.fromkeys(("SCHEMA_VERSION", "STEPS", "_dumps", "_loads", "_text", "check_results",
-                     "dispatches", "ledger_meta", "metadata", "node_steps", "runs", "step_events",
-                     "verifications"), "schema"),
+                     "dispatches", "ledger_meta", "metadata", "node_steps", "run_results", "runs",
+                     "step_events", "verifications"), "schema"),
 }
 
 
@@ -108,6 +109,7 @@ __all__ = [
     "metadata",
     "open_read_only",
     "new_run_id",
+    "run_results",
     "node_steps",
     "resolve_ledger",
     "runs",

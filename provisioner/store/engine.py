@@ -124,7 +124,7 @@ class LedgerBase:
             if engine is not None:
                 engine.dispose()
             raise LedgerError(
-                f"cannot open the ledger {shown}: {_short(exc)}; pass --ledger PATH|URL or set "
+                f"cannot open the ledger {shown} ({_short(exc)}); pass --ledger PATH|URL or set "
                 f"{ENV_LEDGER}"
             ) from exc
         return ledger
@@ -145,7 +145,10 @@ class LedgerBase:
             with self._writer.begin() as conn:
                 yield conn
         except SQLAlchemyError as exc:
-            raise LedgerError(f"ledger {self.location}: write failed: {_short(exc)}") from exc
+            # the location never right before ": ", where a path ending in a secret-like
+            # word (/etc/passwd) would read as "passwd: <value>" and mask the reason (issue 47)
+            raise LedgerError(f"write failed on the ledger {self.location} "
+                              f"({_short(exc)})") from exc
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -158,7 +161,8 @@ class LedgerBase:
                     conn.exec_driver_sql("SET TRANSACTION READ ONLY")
                 yield conn
         except SQLAlchemyError as exc:
-            raise LedgerError(f"ledger {self.location}: read failed: {_short(exc)}") from exc
+            raise LedgerError(f"read failed on the ledger {self.location} "
+                              f"({_short(exc)})") from exc
 
 
 

@@ -53,6 +53,23 @@ def resolve_ledger(
     return explicit or os.environ.get(ENV_LEDGER) or default_ledger(inventory)
 
 
+def lab_hint(explicit: str | None, inventory: str | os.PathLike[str] | None,
+             location: str) -> str | None:
+    """When a command was given no ledger at all (no ``--ledger``, ``$GDSFLEET_LEDGER`` or
+    ``-i``) in a gdsfleet checkout whose simulated lab has a ledger that is not the one read:
+    how to read the lab's (issue 47: ``status`` in a checkout read another ledger, and its
+    "run verify first" named no inventory)."""
+    if explicit or os.environ.get(ENV_LEDGER) or inventory is not None:
+        return None
+    lab = Path(".lab") / "ledger.sqlite"
+    if not (lab.is_file() and Path("inventories/lab").is_dir()):
+        return None
+    if "://" not in location and Path(location).expanduser().resolve() == lab.resolve():
+        return None
+    return (f"this checkout's lab keeps its ledger in {lab}: pass -i inventories/lab to read "
+            f"it (each command finds its ledger by -i, --ledger or ${ENV_LEDGER})")
+
+
 def display_url(url_or_path: str) -> str:
     """The ledger location with any password hidden (for messages and logs): the URL's
     password and a ``password=`` query parameter (provisioner.redact)."""

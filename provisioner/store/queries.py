@@ -27,6 +27,7 @@ from provisioner.store.schema import (
     check_results,
     dispatches,
     node_steps,
+    run_results,
     runs,
     step_events,
     verifications,
@@ -75,6 +76,29 @@ class LedgerQueries(LedgerBase):
         with self._read() as conn:
             row = conn.execute(q).first()
         return str(row[0]) if row else None
+
+    def run_node_count(self, run_id: str, kind: str) -> int:
+        """How many nodes run ``run_id`` recorded: verified (verify) or stepped past pending
+        (rollout); what ``report latest`` needs to skip an empty run, without its reports."""
+        if kind == "rollout":
+            q = select(func.count()).select_from(node_steps).where(
+                node_steps.c.run_id == run_id, node_steps.c.step != "pending")
+        else:
+            q = select(func.count(func.distinct(verifications.c.node))).where(
+                verifications.c.run_id == run_id)
+        with self._read() as conn:
+            return int(conn.execute(q).scalar() or 0)
+
+    def run_result(self, run_id: str) -> dict[str, Any] | None:
+        """What the rollout's latest attempt ended with (``record_result``); None for a run
+        without one (a verify run, a rollout recorded by an older release, a ledger without
+        the table)."""
+        with self._read() as conn:
+            if "run_results" not in set(inspect(conn).get_table_names()):
+                return None
+            row = conn.execute(select(run_results.c.result_json)
+                               .where(run_results.c.run_id == run_id)).first()
+        return _loads(row[0], f"run_results {run_id} result_json") if row else None
 
     def dispatches(self, run_id: str) -> list[dict[str, Any]]:
         """The run's dispatches in order; [] for a ledger without the table."""

@@ -9,6 +9,9 @@ Tables
   ``step_events``     append-only: every step change, for the audit trail
   ``dispatches``      one shard of a wave sent to an execution node (``--executor ssh``)
   ``attestations``    append-only: what each node's attest said, and its job proofs
+  ``run_results``     what a rollout's last attempt ended with (its exit code, message, wave
+                      summaries and each node's outcome), so ``report RUN`` writes the document
+                      a live ``rollout --json`` wrote, from one writer (issue 47)
 
 ``verifications`` and ``step_events`` refuse UPDATE and DELETE (triggers), so history cannot be
 rewritten through the ledger's own database either.
@@ -16,7 +19,7 @@ rewritten through the ledger's own database either.
 Migrations (:func:`migrate`): a new database gets every table, its version row and the
 append-only triggers; an existing ledger of a known version gets the tables it lacks (tables
 added since version 1 without a version bump, e.g. ``dispatches``); anything else is refused
-untouched (:func:`schema_version`).
+untouched (:func:`schema_version`); ``run_results`` came that way too.
 """
 
 from __future__ import annotations
@@ -159,6 +162,13 @@ dispatches = Table(
     Column("detail_json", Text, nullable=False, default="{}"),
     Index("ix_dispatches_run", "run_id", "wave"),
 )
+run_results = Table(
+    "run_results",
+    metadata,
+    Column("run_id", String(40), ForeignKey("runs.id"), primary_key=True),
+    Column("updated_at", String(32), nullable=False),
+    Column("result_json", Text, nullable=False, default="{}"),
+)
 
 # What a node's attest said (``status --attest`` pulls it over SSH; issue 44): kind "attest"
 # (status ok / regressed / unverified / error, the node's regressions in detail_json) and kind
@@ -178,7 +188,8 @@ attestations = Table(
     Column("detail_json", Text, nullable=False, default="{}"),
     Index("ix_attestations_node_id", "node", "id"),
 )
-_OPTIONAL_TABLES = frozenset({"dispatches", "attestations"})
+# tables added after version 1 without a version bump: a ledger may lack them
+_OPTIONAL_TABLES = frozenset({"dispatches", "run_results", "attestations"})
 
 _APPEND_ONLY = ("verifications", "check_results", "step_events", "attestations")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, update
+from sqlalchemy import delete, func, insert, update
 from sqlalchemy.engine import Connection
 
 from provisioner.errors import LedgerError
@@ -26,6 +26,7 @@ from provisioner.store.schema import (
     dispatches,
     new_run_id,
     node_steps,
+    run_results,
     runs,
     step_events,
     utcnow,
@@ -86,6 +87,17 @@ class LedgerWrites(LedgerBase):
             )
             if res.rowcount == 0:
                 raise LedgerError(f"ledger {self.location}: no run {run_id!r}")
+
+    def record_result(self, run_id: str, result: Mapping[str, Any]) -> None:
+        """What the run's latest attempt ended with (``RolloutResult.to_dict()`` without the
+        verifications, which are rows of their own), replacing an earlier attempt's: ``report
+        RUN`` renders the document a live run wrote from it (one writer,
+        :func:`provisioner.reports.model.rollout_document`)."""
+        doc = _dumps(redact_mapping(dict(result)))
+        with self._write() as conn:
+            conn.execute(delete(run_results).where(run_results.c.run_id == run_id))
+            conn.execute(insert(run_results).values(run_id=run_id, updated_at=utcnow(),
+                                                    result_json=doc))
 
     # ------------------------------------------------------------------ records
     def record_verification(

@@ -82,7 +82,7 @@ class Rollout:
 
     def argv(self, pause_s: int, *extra: str) -> list[str]:
         # one wave of both nodes (one playbook run per rollout) unless a test asks for more
-        waves = [] if "--waves" in extra else ["--waves", "100%"]
+        waves = [] if "--waves" in extra else ["--waves", "all"]
         return [sys.executable, "-m", "provisioner.cli", "rollout", "-i",
                 str(self.fleet.inventory), "--ledger", str(self.ledger), "--playbook", str(SLOW),
                 "--no-verify", "--plain", "--events-log", str(self.events), "-e",

@@ -257,7 +257,7 @@ def test_unready_execution_nodes_are_refused_before_any_change(env: Env) -> None
     env.clear_intervals()
     inv = env.sub_inventory("badinput.yml", env.names[:2])
     ledger = env.tmp / "badinput.sqlite"
-    common = ["--playbook", str(FAULT_PLAY), "--no-verify", "--waves", "100%",
+    common = ["--playbook", str(FAULT_PLAY), "--no-verify", "--waves", "all",
               "--ledger", str(ledger), "-e", "test_api_token=x", "-e", "test_file_token=y"]
     # 1. no ansible-runner where the exec inventory says
     no_runner = env.tmp / "exec-no-runner.ini"
@@ -327,7 +327,7 @@ class CmdlineSampler(threading.Thread):
 def _fault_args(env: Env, report: Path, *extra: str) -> list[str]:
     secrets = env.tmp / "secrets.yml"
     secrets.write_text(f"test_file_token: {CANARY_FILE}\n")
-    return ["--playbook", str(FAULT_PLAY), "--no-verify", "--waves", "100%",
+    return ["--playbook", str(FAULT_PLAY), "--no-verify", "--waves", "all",
             "--max-failures", "0", "--playbook-timeout", "40", "--connect-timeout", "5",
             "--plain", "--json", str(report), "-e", f"test_api_token={CANARY}",
             "-e", f"@{secrets}", "-e", "test_sleep=5", *env.ssh_args(), *extra]

@@ -626,6 +626,38 @@ def ssh_banner(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
+# ------------------------------------------------------------------------------ kernel update
+def kernel_update_standins(lab: Lab) -> int:
+    """Install tests/harness/kernel_standins.py's TEST STAND-INS on every running lab node
+    (after lab.sh's rollout: the roles configured the stand-in repository that offers the
+    newer kernel) and print the next kernel and the commands of docs/lifecycle.md."""
+    from tests.harness import kernel_standins
+
+    names = [r["name"] for r in lab.status() if r["running"]]
+    if not names:
+        print("lab: no lab node is running; bring the lab up first (bash scripts/lab.sh)",
+              file=sys.stderr)
+        return 1
+    found: set[str] = set()
+    for name in names:
+        def on_node(command: str, node: str = name) -> str:
+            return str(podman("exec", node, "sh", "-c", command).stdout)
+
+        running, nxt = kernel_standins.kernels(on_node)
+        if not nxt or nxt == running:
+            print(f"lab: {name} is offered no kernel newer than {running}; run lab.sh's "
+                  f"rollout first (it configures the stand-in repository)", file=sys.stderr)
+            return 1
+        kernel_standins.install(on_node, running, nxt)
+        found.add(nxt)
+        print(f"{name}: TEST STAND-INS installed (GRUB, /boot/vmlinuz-{running}, nvidia.ko for "
+              f"{running} and {nxt}); it runs {running}, the repository offers {nxt}")
+    print('Then, from the checkout (docs/lifecycle.md, "In the lab"):')
+    for label, cmd in kernel_standins.lab_commands(sorted(found)[-1]):
+        print(f"  {label + ':':<22}{cmd}")
+    return 0
+
+
 # ------------------------------------------------------------------------------ CLI
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness.lab",
@@ -642,6 +674,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also stop the stand-in repository server")
     sub.add_parser("status", help="show the lab's nodes")
     sub.add_parser("gc", help="remove containers/loop devices left by crashed test sessions")
+    sub.add_parser("kernel-standins",
+                   help="TEST STAND-INS (GRUB, the running kernel's image, the NVIDIA driver's "
+                        "module) on the rolled-out lab nodes, so that a gated kernel update "
+                        "runs end to end (docs/lifecycle.md, 'In the lab')")
     args = parser.parse_args(argv)
     lab = Lab()
     try:
@@ -654,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"inventory: {ROOT / 'inventories' / 'lab'}  (first {len(nodes)} hosts are up)")
             print(f"stand-in repo: http://127.0.0.1:{repo_port()}/  (GDSFLEET_REPO_PORT; "
                   f"the inventory names {DEFAULT_REPO_PORT})")
+        elif args.cmd == "kernel-standins":
+            return kernel_update_standins(lab)
         elif args.cmd == "gc":
             for item in gc():
                 print(f"removed {item}")

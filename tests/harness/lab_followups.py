@@ -20,6 +20,10 @@ LEDGER = ".lab/ledger.sqlite"
 NODE = "gdsfleet-lab-01"  # the first node: there whatever LAB_NODES says
 TEARDOWN = ("CONTAINERS_CONF=tests/harness/containers.conf .venv/bin/python -m "
             "tests.harness.lab down")
+# plain ansible in the lab finds the collection only where lab.sh installed it (issue 47: the
+# lab never said so); a gated kernel update in the lab: docs/lifecycle.md
+ANSIBLE_NOTE = ("(plain ansible/ansible-playbook here: ANSIBLE_COLLECTIONS_PATH=.lab/collections; "
+                "a gated kernel update in the lab: docs/lifecycle.md, \"In the lab\")")
 
 
 def followups(limit: str = "", rollout_extra: Sequence[str] = (), *, node: str = NODE
@@ -48,6 +52,7 @@ def render(rc: int, limit: str = "", rollout_extra: Sequence[str] = (), *, node:
              f".lab/rollout-report.*)."]
     for label, cmd in followups(limit, rollout_extra, node=node):
         lines.append(f"  {(label + ':') if label else '':<33}{cmd}")
+    lines.append(ANSIBLE_NOTE)
     lines.append(f"(every provisioner command above reads the ledger {LEDGER}: "
                  f"-i {INVENTORY} names it)")
     lines.append("(remember: a SIMULATION - containers with stand-in hardware, not GPU nodes)")

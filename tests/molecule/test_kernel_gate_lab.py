@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -46,9 +47,9 @@ from provisioner.verify import checks, iotest
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import CheckResult
 from provisioner.verify.policy import Policy
+from tests.harness import kernel_standins
 from tests.harness import lab as labmod
 from tests.harness.fixtures import SimNode, commit_node, remove_image
-from tests.unit.kernel_gate_standins import elf_module, grub_cfg
 
 pytestmark = pytest.mark.container
 
@@ -76,12 +77,6 @@ GATHER = load_script("gather.py")
 STATE = "/var/lib/gdsfleet/kernel-gate.json"
 HOOK = "/etc/kernel/postinst.d/zzz-gdsfleet-kernel-gate"
 ADV = "gnulinux-advanced-UUID"
-GRUB_SET_DEFAULT = """#!/bin/sh
-# TEST STAND-IN for grub-set-default (GRUB 2): records the saved entry in grubenv.
-[ -n "${1:-}" ] || exit 1
-mkdir -p /boot/grub
-printf '# GRUB Environment Block\\nsaved_entry=%s\\n' "$1" > /boot/grub/grubenv
-"""
 
 
 def put(node: Any, path: str, data: bytes, mode: str = "0644") -> None:
@@ -107,14 +102,9 @@ def prepare(node: Any, repo: Any, *, next_headers: bool, install_next: bool = Tr
             pkgs.append(f"linux-headers-{nxt}")
     node.apt_install(*pkgs)
     node.exec("rm -f /etc/apt/sources.list.d/gdsfleet-test.list && rm -rf /var/lib/apt/lists/*")
-    # TEST STAND-IN: the running kernel's image, which a real node has in /boot
-    node.exec(f"test -e /boot/vmlinuz-{kernel} || echo stand-in > /boot/vmlinuz-{kernel}")
-    put(node, "/boot/grub/grub.cfg", grub_cfg(nxt, kernel).encode())
-    put(node, "/usr/local/sbin/grub-set-default", GRUB_SET_DEFAULT.encode(), "0755")
-    for k in (kernel, nxt):  # TEST STAND-IN: the open driver's module, as its package installs it
-        put(node, f"/lib/modules/{k}/kernel/drivers/video/nvidia.ko", elf_module(
-            name="nvidia", vermagic=f"{k} SMP preempt mod_unload modversions ",
-            license="Dual MIT/GPL"))
+    # TEST STAND-INS: GRUB, the running kernel's image, the driver's module for both kernels
+    # (tests/harness/kernel_standins.py, which the lab's `kernel-standins` installs too)
+    kernel_standins.install(lambda c: str(node.exec(c).stdout), kernel, nxt)
     return kernel, nxt
 
 
@@ -242,14 +232,26 @@ def test_kernel_update_rollout_reboots_into_a_gated_kernel_and_fails_one_without
     nxt = good.exec("apt-cache pkgnames linux-image- | sort | tail -n 1").stdout.strip()
     nxt = nxt.removeprefix("linux-image-")
     assert nxt and nxt != kernel
-    for node in (good, bad):  # TEST STAND-INS: GRUB and the driver, as a real node has them
-        node.exec(f"test -e /boot/vmlinuz-{kernel} || echo stand-in > /boot/vmlinuz-{kernel}")
-        put(node, "/boot/grub/grub.cfg", grub_cfg(nxt, kernel).encode())
-        put(node, "/usr/local/sbin/grub-set-default", GRUB_SET_DEFAULT.encode(), "0755")
-        for k in (kernel, nxt):
-            put(node, f"/lib/modules/{k}/kernel/drivers/video/nvidia.ko", elf_module(
-                name="nvidia", vermagic=f"{k} SMP preempt mod_unload modversions ",
-                license="Dual MIT/GPL"))
+    # TEST STAND-INS (GRUB and the driver, as a real node has them), put there as the lab's
+    # `python -m tests.harness.lab kernel-standins` puts them (docs/lifecycle.md, "In the lab"),
+    # then the commands it prints: the gate read-only (the kernel is not installed yet:
+    # pending, never a failure) and the plan of the update (every node provisioned)
+    assert labmod.kernel_update_standins(fleet.lab) == 0
+    for label, cmd in kernel_standins.lab_commands(nxt)[:2]:
+        words = shlex.split(cmd.replace("inventories/lab", str(fleet.inventory)))
+        words = [w for w in words if not w.startswith("ANSIBLE_COLLECTIONS_PATH=")]
+        words[0] = str(VENV_BIN / Path(words[0]).name)
+        if "plan" in words:
+            words += ["--ledger", str(tmp_path / "ledger.sqlite")]
+        proc = subprocess.run(words, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                              env=ansible_env(ANSIBLE_COLLECTIONS_PATH=str(private_collections)))
+        assert proc.returncode == 0, f"{label}: {proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+        said = proc.stdout
+        if "plan" in words:
+            assert "every selected node is provisioned" in said, said
+        else:  # both nodes: pending, with what a real run checks
+            assert said.count('"pending": true') == 2, said[-3000:]
+            assert f"check mode: kernel {nxt} is not installed" in said
     put(good, "/etc/default/grub", b"GRUB_DEFAULT=saved\n")  # an admin who pins entries
     good.exec(f"grub-set-default '{ADV}>gnulinux-{kernel}-advanced-UUID' && update-grub")
     inv = yaml.safe_load(fleet.inventory.read_text())

@@ -62,7 +62,7 @@ def test_a_misspelt_command_is_still_refused_with_the_list(
         capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["rollotu", "-i", "x"])
-    assert exc.value.code == 2
+    assert exc.value.code == 64  # Exit.USAGE: argparse's 2 is UNREACHABLE here (issue 47)
     err = capsys.readouterr().err
     assert "invalid choice: 'rollotu'" in err and "'rollout'" in err
 

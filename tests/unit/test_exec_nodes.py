@@ -106,7 +106,7 @@ def env(lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _rollout(lab: dict[str, Any], ledger: Path, *extra: str) -> int:
     return main(["rollout", "-i", str(lab["targets"]), "--playbook", str(lab["root"] /
-                 "play.yml"), "--no-verify", "--waves", "100%", "--max-failures", "100%",
+                 "play.yml"), "--no-verify", "--waves", "all", "--max-failures", "100%",
                  "--ledger", str(ledger), "--known-hosts", str(lab["root"] / "known_hosts"),
                  "--ssh-config", "none", "-q", "-e", f"api_token={CANARY}",
                  "-e", f"@{lab['root'] / 'secrets.yml'}", "--allow-local-connection", *extra])
@@ -323,7 +323,8 @@ def test_ssh_executor_gives_the_local_outcomes_and_records_dispatches(
         sampler.join()
     _, local = _outcomes(tmp_path / "local.sqlite")
     run_id, remote = _outcomes(tmp_path / "ssh.sqlite")
-    assert local == remote and rc_local == rc_ssh == 3  # the canary wave had a failure
+    # one wave of all (no canary), --max-failures 100%: a failure within the budget, exit 1
+    assert local == remote and rc_local == rc_ssh == 1
     assert remote["127.0.0.4"] == "failed" and remote["127.0.0.2"] == "skipped"
     with Ledger.open(tmp_path / "ssh.sqlite") as led:
         rows = led.dispatches(run_id)
@@ -403,7 +404,7 @@ def test_sigint_cuts_the_shards_at_once(lab: dict[str, Any], env: None, tmp_path
     err = (tmp_path / "stderr").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "provisioner", "rollout", "-i", str(lab["targets"]),
-         "--playbook", str(root / "play.yml"), "--no-verify", "--waves", "100%",
+         "--playbook", str(root / "play.yml"), "--no-verify", "--waves", "all",
          "--ledger", str(ledger), "--known-hosts", str(root / "known_hosts"),
          "--ssh-config", "none", "-q", "-e", f"api_token={CANARY}",
          "-e", f"@{root / 'secrets.yml'}", "-e", "pause=30", "--executor", "ssh",

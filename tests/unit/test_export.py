@@ -289,7 +289,7 @@ def test_env_of_an_unreachable_node_takes_the_mount_from_the_inventory(
 def test_env_needs_a_node(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["export", "env"])
-    assert exc.value.code == 2
+    assert exc.value.code == 64  # Exit.USAGE: argparse's 2 is UNREACHABLE here (issue 47)
     assert "--node" in capsys.readouterr().err
 
 

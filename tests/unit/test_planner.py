@@ -24,15 +24,15 @@ NODES = [f"n{i:02d}" for i in range(1, 11)]
         ("1,5,20%,100%", 10, [1, 5, 2, 2]),  # 20% of 10 = 2; 100% capped to the 2 left
         ("1,5,20%,100%", 8, [1, 5, 2]),  # 20% of 8 = 1.6 -> 2 (rounds up), set exhausted
         ("1,5,20%,100%", 100, [1, 5, 20, 74]),
-        ("1", 10, [10]),  # one entry: the canary wave takes everything
-        ("1,2", 10, [1, 9]),  # spec runs out: the last wave takes the rest
-        ("10%", 3, [3]),  # 10% of 3 -> 1, last wave takes the rest
-        ("10%,10%", 3, [1, 2]),
+        ("1", 10, [1, 9]),  # one entry: the canary, then the rest as a last wave (issue 47)
+        ("1,2", 10, [1, 2, 7]),  # spec runs out: the rest is a last wave of its own
+        ("10%", 3, [1, 2]),  # 10% of 3 -> 1, the rest a last wave
+        ("10%,10%", 3, [1, 1, 1]),
         ("1%,100%", 50, [1, 49]),  # percent rounds up to at least one node
-        ("50,50", 8, [8]),  # sizes beyond the set are capped
+        ("1,50,50", 8, [1, 7]),  # sizes beyond the set are capped
         ("1,5,20%,100%", 1, [1]),
         ("1,5", 0, []),  # empty target set -> no waves
-        (" 1 , 2% ,3", 200, [1, 4, 195]),  # whitespace tolerated
+        (" 1 , 2% ,3", 200, [1, 4, 3, 192]),  # whitespace tolerated
     ],
 )
 def test_wave_sizes(spec: str, total: int, expected: list[int]) -> None:

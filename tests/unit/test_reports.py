@@ -250,7 +250,7 @@ def test_live_rollout_html(tmp_path: Path) -> None:
     from tests.unit.test_rollout_progress import _result
 
     html = tmp_path / "rollout.html"
-    write_live(report_dict(_result(), ledger="x"), html=str(html), location=None, run_id="run-1")
+    write_live(report_dict(_result(), location="x"), html=str(html), location=None, run_id="run-1")
     page = html.read_text()
     assert "gdsfleet rollout report" in page and 'id="failing-b"' in page
     assert "failed: task &#39;Install&#39;: boom" in page and 'id="failing-a"' not in page

@@ -185,7 +185,7 @@ def _wait_for_step(ledger: Path, step: str, timeout: float = 60) -> dict[str, st
 
 
 def test_second_rollout_is_refused_while_one_runs(lab: dict[str, Path]) -> None:
-    first = _cli(lab, "--waves", "100%", "-e", "wait_s=30")
+    first = _cli(lab, "--waves", "all", "-e", "wait_s=30")
     try:
         _wait_for_step(lab["ledger"], "provisioning")
         second = subprocess.run(
@@ -250,7 +250,7 @@ def test_plan_reads_the_ledger(lab: dict[str, Path], capsys: pytest.CaptureFixtu
 
 
 def test_secret_extra_vars_never_reach_the_ledger(lab: dict[str, Path]) -> None:
-    assert main(_args(lab, "--waves", "100%", "-e", "vault_password=hunter2")) == Exit.OK
+    assert main(_args(lab, "--waves", "all", "-e", "vault_password=hunter2")) == Exit.OK
     led = Ledger.open(lab["ledger"])
     run = led.runs(kind="rollout")[0]
     led.close()

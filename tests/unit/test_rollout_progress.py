@@ -16,9 +16,8 @@ from provisioner.rollout.progress import (
     LiveObserver,
     PlainObserver,
     make_observer,
+    report_dict,
     summary_table,
-    write_json,
-    write_junit,
 )
 
 
@@ -84,11 +83,13 @@ def test_summary_and_reports(tmp_path: Path) -> None:
     buf = io.StringIO()
     summary_table(res, buf)
     assert "reboot_pending" in buf.getvalue() and "exit 1" in buf.getvalue()
-    write_json(res, str(tmp_path / "r.json"), ledger="x")
+    from provisioner.reports import write_reports
+
+    write_reports(report_dict(res, location="x"), json_path=str(tmp_path / "r.json"),
+                  junit=str(tmp_path / "r.xml"))
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["kind"] == "rollout" and doc["exit_code"] == 1 and doc["ledger"] == "x"
     assert doc["counts"] == {"compliant": 1, "failed": 1, "reboot_pending": 1}
-    write_junit(res, str(tmp_path / "r.xml"))
     root = ET.parse(tmp_path / "r.xml").getroot()  # noqa: S314 - our own file
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["canary", "wave 1"]

@@ -158,8 +158,11 @@ def test_a_broken_playbook_fails_every_host(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text("- name: Broken\n  hosts: all\n  tasks:\n    - ansible.builtin.nope: {}\n")
     res = run_playbook(bad, inv, ["ok", "changed"], forks=2)
-    assert res.error and "did not run" in res.error
-    assert {o.status for o in res.hosts.values()} == {HostStatus.FAILED}
+    # Ansible's own error line (issue 47), on every host: the playbook did not start
+    assert res.error and res.error.startswith("the playbook did not start: [ERROR]: couldn't "
+                                              "resolve module/action 'ansible.builtin.nope'")
+    assert {o.status for o in res.hosts.values()} == {HostStatus.NOT_STARTED}
+    assert {o.message for o in res.hosts.values()} == {res.error}
 
 
 def test_missing_playbook(tmp_path: Path) -> None:

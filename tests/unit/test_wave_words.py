@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provisioner.cli import main
+from provisioner.errors import UsageError
 from provisioner.exitcodes import Exit
-from provisioner.rollout.planner import describe_waves, wave_sizes
+from provisioner.rollout.planner import describe_waves, parse_wave_spec, wave_sizes
 
 
 def test_eight_nodes() -> None:
@@ -27,7 +28,7 @@ def test_two_nodes() -> None:
 
 def test_nodes_after_the_last_entry() -> None:
     assert describe_waves("1,2", 10) == (
-        "1,2 on 10 nodes -> 2 waves of 1, 9 (the 7 node(s) after the last entry join the "
+        "1,2 on 10 nodes -> 3 waves of 1, 2, 7 (the 7 node(s) after the last entry form a "
         "last wave)")
 
 
@@ -36,6 +37,11 @@ def test_nodes_after_the_last_entry() -> None:
        st.integers(1, 500))
 def test_the_words_match_the_split(entries: list[tuple[int, bool]], total: int) -> None:
     spec = ",".join(f"{v}%" if pct else str(v) for v, pct in entries)
+    first = parse_wave_spec(spec)[0]
+    if total > 1 and first.resolve(total) >= total:  # the canary would be every node
+        with pytest.raises(UsageError, match="a canary is never the whole fleet"):
+            wave_sizes(spec, total)
+        return
     sizes = wave_sizes(spec, total)
     text = describe_waves(spec, total)
     assert f" -> {len(sizes)} wave" in text

@@ -437,9 +437,14 @@ class SshExecutor:
                   and not collector.seen_any):
                 # the worker finished and says the playbook never began (syntax error, missing
                 # role): every host failed, as with the local executor
-                tail = "\n".join(collector.stdout_tail[-8:]) or f"worker status {worker_status[-1]}"
-                error = f"the playbook did not run on {node.name}: {tail}"[:2000]
-                outcomes = {h: HostOutcome(h, HostStatus.FAILED, message=error) for h in shard}
+                from provisioner.rollout.start_error import did_not_start, stopped_before_start
+
+                final = str(worker_status[-1])
+                error = did_not_start(collector.error_lines or collector.stdout_tail, final, rc,
+                                      f" on {node.name}")
+                kind = (HostStatus.FAILED if stopped_before_start(final)
+                        else HostStatus.NOT_STARTED)
+                outcomes = {h: HostOutcome(h, kind, message=error) for h in shard}
                 state = "failed"
             elif not collector.saw_stats:
                 suffix = f" (execution node {node.name}, ssh rc={rc}" + (

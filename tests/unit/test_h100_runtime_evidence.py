@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.verify import checks, iotest
+from provisioner.verify import checks, iojudge
 from provisioner.verify.model import IoTestResult
 from provisioner.verify.policy import Policy
 
@@ -148,7 +148,7 @@ def test_cuda_pathfinder_takes_the_wheels_libcufile_unless_the_hosts_is_loaded_f
         direct = doc["attempts"][0]
         assert direct["mode"] == "OFF" and direct["libcufile_mapped"] == [mapped]
         assert "nvidia-fs driver is not loaded" in direct["error"]
-        lib = iotest.libcufile_evidence(doc, doc["attempts"])
+        lib = iojudge.libcufile_evidence(doc, doc["attempts"])
         assert lib is not None and lib["used"] == used
-        status, _, why = iotest.libcufile_verdict(lib, ran=True)
+        status, _, why = iojudge.libcufile_verdict(lib, ran=True)
         assert status == ("pass" if pref else "fail"), why

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from provisioner.verify import iotest, proof
+from provisioner.verify import iojudge, proof
 from provisioner.verify.checks.registry import Context, check, declare
 from provisioner.verify.model import (
     FAIL,
@@ -97,7 +97,7 @@ def libcufile(ctx: Context) -> CheckResult:
     # judged as the workloads' cuFile when the node is operator-managed, also for a result
     # evaluated before the I/O evaluation knew it (lib["judged"] absent)
     operator = ctx.operator or (lib or {}).get("judged") == "workload"
-    status, actual, why = iotest.libcufile_verdict(
+    status, actual, why = iojudge.libcufile_verdict(
         lib, io.path_taken in (PATH_DIRECT, PATH_COMPAT), operator=operator)
     expected = ("the cuFile the workloads bring (operator-managed: no host libcufile)"
                 if operator else "host libcufile, wheel of the same release")

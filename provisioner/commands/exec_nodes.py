@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "fence":
         return fence_run(args)
     from provisioner.rollout import playbooks
-    from provisioner.rollout.adapters import checkout_collections
+    from provisioner.rollout.playbooks import checkout_collections
     from provisioner.sanitize import printable
 
     env = playbooks.ansible_env()

@@ -22,16 +22,6 @@ from provisioner.inventory import Node
 from provisioner.rollout.executors import Executor, LocalExecutor
 from provisioner.rollout.runner import HostOutcome
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def checkout_collections() -> Path | None:
-    """``.lab/collections`` of the checkout this package runs from (an editable install),
-    where scripts/install_collection.sh installs the built collection; None for a normal
-    install (the package then sits in site-packages, with no checkout around it)."""
-    path = REPO / ".lab" / "collections"
-    return path if (REPO / "galaxy.yml").is_file() and path.is_dir() else None
-
 
 class _Relay:
     """A held run's host-event callback: passes events on to the wave's, once it is let go

@@ -27,6 +27,8 @@ from provisioner.errors import UsageError
 COLLECTION = "gdsfleet.gds"
 SITE = f"{COLLECTION}.site"
 REBOOT = f"{COLLECTION}.reboot"
+# the checkout this package runs from, when it is an editable install
+_REPO = Path(__file__).resolve().parents[2]
 
 # namespace.collection.playbook (playbook names may carry sub-folders as dotted parts)
 _FQCN_RE = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*(\.\w+)+$")
@@ -137,13 +139,20 @@ def ansible_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def checkout_collections() -> Path | None:
+    """``.lab/collections`` of the checkout this package runs from (an editable install),
+    where scripts/install_collection.sh installs the built collection; None for a normal
+    install (the package then sits in site-packages, with no checkout around it)."""
+    path = _REPO / ".lab" / "collections"
+    return path if (_REPO / "galaxy.yml").is_file() and path.is_dir() else None
+
+
 def run_env(*, pipelining: bool = True) -> dict[str, str]:
     """The Ansible environment a rollout's playbook runs get (and the probe that resolves
     them): :func:`ansible_env`, the connection settings, and in a checkout (an editable
     install) with no ANSIBLE_COLLECTIONS_PATH, its ``.lab/collections``, where
     scripts/install_collection.sh installs the collection. ``plan --playbook`` resolves with
     the same."""
-    from provisioner.rollout.adapters import checkout_collections
     from provisioner.rollout.ansible_env import connection_env
 
     env = ansible_env()

@@ -141,39 +141,57 @@ def parse_gds_stats(text: str) -> dict[str, Any]:
     return out
 
 
-def find_gds_stats(node: Any) -> str | None:
-    import shutil  # only with --pid
+def find_gds_stats(node: Any = None) -> str | None:
+    """gds-tools' gds_stats: on PATH, else the CUDA toolkit's (the newest cuda-X.Y first); under
+    ``node``'s root when given (a simulated tree), else on this host."""
+    import shutil  # only with --pid, or in the I/O test
 
+    at = node.path if node is not None else (lambda p: p)
     found = shutil.which("gds_stats")
     if found:
         return found
     for d in GDS_STATS_DIRS:
-        if os.access(node.path(d + "/gds_stats"), os.X_OK):
-            return node.path(d + "/gds_stats")
-    versioned = sorted(glob.glob(node.path(GDS_STATS_GLOB)), reverse=True)
+        if os.access(at(d + "/gds_stats"), os.X_OK):
+            return at(d + "/gds_stats")
+    versioned = sorted(glob.glob(at(GDS_STATS_GLOB)), reverse=True)
     return versioned[0] if versioned else None
 
 
-def cufile_stats(node: Any, pid: int, timeout: float) -> dict[str, Any]:
-    """``gds_stats -p PID -l 3``, parsed; ``error`` says why there is nothing."""
-    import subprocess  # only with --pid
+def run_gds_stats(pid: int, timeout: float, node: Any = None,
+                  limit: int = GDS_STATS_OUT_MAX) -> dict[str, Any]:
+    """``gds_stats -p PID -l 3`` as it ran: ``tool`` (None: not found), ``rc`` (None: it did not
+    run or ran past ``timeout``), ``out`` (at most ``limit`` bytes, decoded), ``err`` (why, at
+    most 300 characters). Shared with ``verify``'s I/O test (provisioner/remote/iotest.py),
+    which sends ``out`` to the controller to parse."""
+    import subprocess  # only with --pid, or in the I/O test
 
     exe = find_gds_stats(node)
     if exe is None:
-        return {"error": "gds_stats not found (package gds-tools-X-Y)"}
+        return {"tool": None, "rc": None, "out": "", "err": "gds_stats not found (gds-tools)"}
     try:
         proc = subprocess.run([exe, "-p", str(int(pid)), "-l", "3"], stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=max(0.1, timeout), check=False,
                               env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
     except subprocess.TimeoutExpired:
-        return {"error": f"gds_stats ran past {timeout:.1f}s"}
+        return {"tool": exe, "rc": None, "out": "", "err": f"gds_stats ran past {timeout:.1f}s"}
     except OSError as exc:
-        return {"error": f"gds_stats: {exc.strerror}"}
-    text = proc.stdout[:GDS_STATS_OUT_MAX].decode("utf-8", "replace")
-    parsed = parse_gds_stats(text)
-    if proc.returncode != 0 or parsed["version"] is None:
-        why = (proc.stderr or proc.stdout)[:300].decode("utf-8", "replace").strip()
-        return {"error": f"gds_stats exit {proc.returncode}: {why or 'no stats'} (needs "
+        return {"tool": exe, "rc": None, "out": "", "err": f"gds_stats: {exc.strerror}"}
+    return {"tool": exe, "rc": proc.returncode,
+            "out": proc.stdout[:limit].decode("utf-8", "replace"),
+            "err": (proc.stderr or b"")[:300].decode("utf-8", "replace").strip()}
+
+
+def cufile_stats(node: Any, pid: int, timeout: float) -> dict[str, Any]:
+    """``gds_stats -p PID -l 3``, parsed; ``error`` says why there is nothing."""
+    ran = run_gds_stats(pid, timeout, node)
+    if ran["tool"] is None:
+        return {"error": "gds_stats not found (package gds-tools-X-Y)"}
+    if ran["rc"] is None:
+        return {"error": ran["err"]}
+    parsed = parse_gds_stats(ran["out"])
+    if ran["rc"] != 0 or parsed["version"] is None:
+        why = (ran["err"] or ran["out"][:300]).strip()
+        return {"error": f"gds_stats exit {ran['rc']}: {why or 'no stats'} (needs "
                          "profile.cufile_stats >= 1 and the process still running)"}
     return {**parsed, "error": None}
 

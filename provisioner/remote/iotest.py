@@ -62,9 +62,10 @@ _cufile_json = _shared("cufile_json.py")
 _nodefs = _shared("_nodefs.py")
 free_bytes = _nodefs.free_bytes
 human_bytes = _nodefs.human_bytes
-# cuFile's per-process statistics and nvidia-fs's registered modules, read while the attempt
-# holds them open: provisioner/remote/_iostats.py.
+# Read while the attempt holds cuFile and nvidia-fs open: the registered modules (_iostats.py)
+# and cuFile's per-process stats, as attest reads a job's (module_utils/attest_counters.py).
 _iostats = _shared("_iostats.py")
+_counters = _shared("attest_counters.py")
 
 SCHEMA = 1
 STATS = "/proc/driver/nvidia-fs/stats"
@@ -356,7 +357,7 @@ def attempt(mode: str, file_path: str, size: int, keep: bool,
             fh.close()
         res["read"] = _plain(read)
         # still inside the process that holds cuFile and nvidia-fs open
-        res["cufile_stats"] = _iostats.cufile_stats(os.getpid())
+        res["cufile_stats"] = _counters.run_gds_stats(os.getpid(), 15.0, limit=1 << 16)
         res["stage"] = "compare"
         res["verified"] = bool(cupy.array_equal(data, buf))
         if not res["verified"]:

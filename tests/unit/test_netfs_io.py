@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provisioner.remote import _iostats
+from provisioner.remote import iotest as node_iotest
 from provisioner.verify import checks, iostats, iotest, proof
 from provisioner.verify.facts import build_facts
 from provisioner.verify.model import PROOF_KINDS
@@ -169,10 +169,11 @@ def test_node_reads_gds_stats_of_its_own_process(tmp_path: Path,
     tool.write_text("#!/bin/sh\necho \"cuFile STATS VERSION : 3 args=$*\"\n")
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    got = _iostats.cufile_stats(4242)
+    counters = node_iotest._counters  # what the I/O test runs: attest's gds_stats reader
+    got = counters.run_gds_stats(4242, 15.0, limit=1 << 16)
     assert got["rc"] == 0 and got["tool"] == str(tool)
     assert "args=-p 4242 -l 3" in got["out"]
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(_iostats.glob, "glob", lambda _p: [])
-    monkeypatch.setattr(_iostats.os.path, "isfile", lambda _p: False)
-    assert _iostats.cufile_stats(1)["err"] == "gds_stats not found (gds-tools)"
+    monkeypatch.setattr(counters.glob, "glob", lambda _p: [])
+    monkeypatch.setattr(counters.os, "access", lambda _p, _m: False)
+    assert counters.run_gds_stats(1, 15.0)["err"] == "gds_stats not found (gds-tools)"

@@ -67,7 +67,7 @@ def test_bundled_script_imports_only_the_stdlib_and_parses_as_python_3_8(script:
 
 def test_the_scripts_declare_the_shared_parsers() -> None:
     assert bundler.declared((ROOT / "provisioner/remote/iotest.py").read_text()) == [
-        "_iostats.py", "_libcufile.py", "_nodefs.py", "cufile_json.py"]
+        "_iostats.py", "_libcufile.py", "_nodefs.py", "attest_counters.py", "cufile_json.py"]
     assert bundler.declared((ROOT / "provisioner/remote/gather.py").read_text()) == [
         "_netfs_state.py", "modprobe_conf.py"]
 

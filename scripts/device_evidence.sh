@@ -14,24 +14,25 @@
 #
 # Needs .whl/ and .devcarry/ (scripts/gpu_node_evidence.sh says what). Writes $OUT/<name>/
 # (default OUT=/tmp/gdsfleet-device-evidence) and $OUT/summary.txt: each step's exit code and
-# wall time. STEP_S (default 170) bounds each step; ONLY="a b" runs the named steps.
+# wall time. Each step has its deadline (460 s in all); STEP_S=N gives every step N s; ONLY="a b" runs the named steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gdsfleet-device-evidence}
-STEP_S=${STEP_S:-170}
 mkdir -p "$OUT"
-steps=(attest:scripts/attest_on_device.sh node:scripts/gpu_node_evidence.sh
-       first-fleet:scripts/gpu_first_fleet.sh netfs-iotest:scripts/netfs_iotest_on_device.sh
-       slurm-health:scripts/slurm_health_on_device.sh)
+# name:script:seconds (the step's deadline; STEP_S, when set, replaces every one)
+steps=(attest:scripts/attest_on_device.sh:100 node:scripts/gpu_node_evidence.sh:190
+       first-fleet:scripts/gpu_first_fleet.sh:80 netfs-iotest:scripts/netfs_iotest_on_device.sh:40
+       slurm-health:scripts/slurm_health_on_device.sh:50)
 { date -u; uname -r; grep PRETTY /etc/os-release; nproc
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -n 2; } \
   > "$OUT/machine.txt" 2>&1
 for step in "${steps[@]}"; do
-  name=${step%%:*} script=${step#*:}
+  name=${step%%:*} rest=${step#*:}
+  script=${rest%%:*} limit=${STEP_S:-${rest#*:}}
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
   mkdir -p "$OUT/$name"
   t0=$(date +%s.%N)
-  OUT="$OUT/$name" timeout --kill-after=10 "$STEP_S" bash "$script" > "$OUT/$name/stdout.txt" 2>&1
+  OUT="$OUT/$name" timeout --kill-after=5 "$limit" bash "$script" > "$OUT/$name/stdout.txt" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   awk -v n="$name" -v rc="$rc" -v a="$t0" -v b="$t1" \

@@ -355,8 +355,10 @@ def test_fuzz_the_kernel_hook_passes_its_argument_as_one_word(
     if version == "":
         assert not got.exists()
     else:
+        # postinst.d gates the installed image (trigger "image"), install.d its "install"
+        trigger = "image" if style == "postinst" else "install"
         assert json.loads(got.read_text()) == ["--kernel", version, "--route", "nvfs",
-                                               "--protect"]
+                                               "--protect", "--trigger", trigger]
     assert sorted(p.name for p in tmp.iterdir()) == sorted(
         ["lib", "kernel", *(["argv.json"] if version else [])])
 

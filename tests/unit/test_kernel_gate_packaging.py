@@ -54,6 +54,8 @@ def test_ansiballz_ships_the_siblings_with_the_module(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert "msg" not in result or "kernel_elf" not in result["msg"], result
-    assert result["kernel"] == ABSENT and result["passed"] is False, result
-    assert {r["check"] for r in result["results"]} >= {"headers", "module.nvidia_fs"}
+    # in check mode a kernel not installed yet is pending (issue 47): the checks a real run
+    # makes are named, none is failed on a kernel that is not there
+    assert result["kernel"] == ABSENT and result["passed"] is None and result["pending"], result
+    assert {"headers", "module.nvidia_fs"} <= set(result["would_check"]), result
     assert not (tmp_path / "state.json").exists()  # check mode records nothing

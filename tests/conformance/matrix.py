@@ -167,12 +167,14 @@ def render_sources(all_profiles: list[dict[str, Any]]) -> list[str]:
     (``sources``) and, in full, what none shows (``assumption``; tests/conformance/README.md)."""
     lines = ["Where each profile's simulated state comes from: `sources` cites captures (NVIDIA's "
              "samples, gds-diag, upstream issues, docs/evidence), `assumption` says what no "
-             "capture shows; \"not stated\" is a profile built only from the axes' rules.", "",
+             "capture shows (tests/conformance/README.md; a test refuses a profile with "
+             "neither).", "",
              "| profile | cited | assumption |", "|---|---|---|"]
     for p in all_profiles:
         cited = len(p.get("sources") or [])
         assumption = " ".join(str(p.get("assumption") or "-").split()).replace("|", "\\|")
-        lines.append(f"| `{p['id']}` | {cited or 'not stated'} | {assumption} |")
+        count = cited or ("none" if p.get("assumption") else "not stated")
+        lines.append(f"| `{p['id']}` | {count} | {assumption} |")
     return [*lines, ""]
 
 

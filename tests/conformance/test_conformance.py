@@ -62,23 +62,40 @@ def test_profiles_are_well_formed() -> None:
                                                       "skipped"), path
 
 
-def test_network_storage_profiles_cite_every_simulated_state() -> None:
-    """Issue 43 ("How the matrix stays honest"): a netfs-* profile names where its states come
-    from (a capture: NVIDIA's samples, gds-diag, an upstream issue, docs/evidence) and marks what
-    no capture shows as an assumption; both reach docs/checks.md's matrix."""
-    cited = [p for p in PROFILES if p["id"].startswith("netfs-") or p.get("sources")]
-    assert len(cited) >= 25
-    for p in cited:
+def _cited_paths(text: str) -> list[str]:
+    """The repository paths a source names (a fixture under tests/, a capture under
+    docs/evidence/)."""
+    words = [w.strip("(),;:.'\"") for w in text.split()]
+    return [w for w in words if w.startswith(("tests/", "docs/evidence/"))]
+
+
+def test_every_profile_cites_its_simulated_state_or_marks_it_an_assumption() -> None:
+    """Issue 43 ("How the matrix stays honest"): every profile names where its simulated states
+    come from (``sources``: NVIDIA's samples, gds-diag, an upstream issue, docs/evidence; a path
+    it names exists) and says in ``assumption`` what no capture shows; one convention, no
+    ``capture:`` or ``ASSUMPTION:`` lines left in ``facts``."""
+    for p in PROFILES:
         sources = p.get("sources") or []
-        assert sources and all(isinstance(s, str) and len(s) > 20 for s in sources), p["id"]
-        assert p.get("assumption") is None or (isinstance(p["assumption"], str)
-                                               and p["assumption"].strip()), p["id"]
-        for s in sources:  # a cited fixture exists
-            words = [w.strip("(),;'") for w in s.split()]
-            for path in (w for w in words if w.startswith("tests/")):
+        assumption = p.get("assumption")
+        assert sources or assumption, f"{p['id']}: neither sources nor assumption"
+        assert isinstance(sources, list), p["id"]
+        assert all(isinstance(s, str) and len(s) > 20 for s in sources), p["id"]
+        assert assumption is None or (isinstance(assumption, str) and assumption.strip()), p["id"]
+        for s in [*sources, assumption or ""]:
+            for path in _cited_paths(s):
                 assert (matrix.HERE.parents[1] / path).exists(), (p["id"], path)
+        stray = [f for f in p["facts"] if f.strip().lower().startswith(("capture:",
+                                                                         "assumption:"))]
+        assert not stray, (p["id"], "move these to sources / assumption", stray)
+
+
+def test_the_matrix_table_states_every_profiles_source() -> None:
+    rows = [line for line in matrix.render_sources(PROFILES) if line.startswith("| `")]
+    assert len(rows) == len(PROFILES)
+    assert not [r for r in rows if "| not stated |" in r]
     text = matrix.DOC.read_text()
-    for p in cited:
+    assert "| not stated |" not in text
+    for p in PROFILES:
         if p.get("assumption"):
             assert " ".join(p["assumption"].split())[:60] in text, p["id"]
 

@@ -13,7 +13,8 @@
 #   slurm-health    scripts/slurm_health_on_device.sh (issue 44: prolog wall time)
 #
 # Needs .whl/ and .devcarry/ (scripts/gpu_node_evidence.sh says what). Writes $OUT/<name>/
-# (default OUT=/tmp/gdsfleet-device-evidence) and $OUT/summary.txt: each step's exit code and
+# (default OUT=/tmp/gdsfleet-device-evidence), each step's output beside it ($OUT/<name>.stdout.txt:
+# a step may empty its own folder first), and $OUT/summary.txt: each step's exit code and
 # wall time. Each step has its deadline (460 s in all); STEP_S=N gives every step N s; ONLY="a b" runs the named steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,11 +33,16 @@ for step in "${steps[@]}"; do
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
   mkdir -p "$OUT/$name"
   t0=$(date +%s.%N)
-  OUT="$OUT/$name" timeout --kill-after=5 "$limit" bash "$script" > "$OUT/$name/stdout.txt" 2>&1
+  OUT="$OUT/$name" timeout --kill-after=5 "$limit" bash "$script" > "$OUT/$name.stdout.txt" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   awk -v n="$name" -v rc="$rc" -v a="$t0" -v b="$t1" \
     'BEGIN { printf "%-13s exit %3s in %6.1f s%s\n", n, rc, b - a, (rc == 124 ? " (cut at its deadline)" : "") }' \
     | tee -a "$OUT/summary.txt"
-  tail -n 15 "$OUT/$name/stdout.txt" | cut -c1-300 | sed 's/^/    /'
+  tail -n 15 "$OUT/$name.stdout.txt" | cut -c1-300 | sed 's/^/    /'
 done
+# the device tool brings back a bounded number of files: everything in one archive, the
+# summary beside it
+tar -C "$OUT" -czf /tmp/gdsfleet-device-evidence.tgz --exclude=evidence.tgz . &&
+  find "$OUT" -mindepth 1 -not -name summary.txt -not -name machine.txt -delete &&
+  mv /tmp/gdsfleet-device-evidence.tgz "$OUT/evidence.tgz"

@@ -39,10 +39,15 @@ python3 -m provisioner.cli verify --local --no-ledger --io-size 64M --io-path /t
 echo "verify --local as root: exit $?" | tee -a "$OUT/summary.txt"
 useradd --no-create-home --shell /bin/sh "$user" 2>>"$OUT/summary.txt"
 mkdir -p "$io" && chown "$user" "$io"
-su "$user" -s /bin/sh -c "cd '$PWD' && PYTHONPATH=/tmp/site HOME=/tmp python3 -m \
+# the user reads this tree and writes its report in the folder it owns ($OUT may be under
+# root's home, which it cannot write)
+su "$user" -s /bin/sh -c "cd '$PWD' && PYTHONPATH=/tmp/site:'$PWD' HOME=/tmp python3 -m \
   provisioner.cli verify --local --no-ledger --io-size 64M --io-path '$io' \
-  --json '$OUT/verify-nonroot.json'" > "$OUT/verify-nonroot.txt" 2>&1
+  --json '$io/verify-nonroot.json'" > "$OUT/verify-nonroot.txt" 2>&1
 echo "verify --local as $user: exit $?" | tee -a "$OUT/summary.txt"
+cp "$io/verify-nonroot.json" "$OUT/verify-nonroot.json" 2>/dev/null ||
+  { echo "no report from the non-root verify; its output:"; tail -n 20 "$OUT/verify-nonroot.txt"; } \
+  | tee -a "$OUT/summary.txt"
 userdel "$user" 2>/dev/null; rm -rf "$io"
 python3 - "$OUT/verify-root.json" "$OUT/verify-nonroot.json" >> "$OUT/summary.txt" <<'PY'
 import json, sys

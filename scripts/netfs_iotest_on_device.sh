@@ -6,15 +6,17 @@
 #
 #   bash scripts/netfs_iotest_on_device.sh            (from the tree's root)
 #
-# PYTHON: an interpreter with kvikio and cupy (default /opt/torch/.venv/bin/python, the lent
-# H200's); SIZE: the test's bytes (default 64 MiB). Writes $OUT/iotest.json (the node script's
+# PYTHON: an interpreter with kvikio (default python3 with the wheels carried in .whl/; the
+# lent H200's /opt/torch venv has no kvikio); SIZE: the test's bytes (default 64 MiB). Writes $OUT/iotest.json (the node script's
 # document) and $OUT/summary.txt. What it should print on the lent H200 (no nvidia-fs, no
 # gds-tools): the OFF attempt refused or served in compat; cufile_stats {"tool": null, ...,
 # "err": "gds_stats not found (gds-tools)"}; nvfs_modules null; as WekaFS the evaluation says
 # nothing proves the path and names gds_stats.
 set -uo pipefail
 OUT=${OUT:-/tmp/gdsfleet-netfs-iotest}
-PY=${PYTHON:-/opt/torch/.venv/bin/python}
+# the carried wheels (kvikio, as verify --local's I/O test uses them) when .whl/ is here
+if [ -z "${PYTHON:-}" ] && [ -d .whl ]; then . scripts/device_node_env.sh >/dev/null || exit 1; fi
+PY=${PYTHON:-python3}
 SIZE=${SIZE:-67108864}
 DIR=$(mktemp -d /var/tmp/gdsfleet-netfs-XXXXXX)
 mkdir -p "$OUT"

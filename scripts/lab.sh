@@ -63,26 +63,11 @@ say "build and install the collection gdsfleet.gds into .lab/collections"
 bash scripts/install_collection.sh
 
 say "bring up the simulated lab fleet ($nodes nodes: containers gdsfleet-lab-NN, sshd on 127.0.0.1:22NN)"
+# SIMULATION: each node's APT source is the stand-in distribution archive (real Debian 12
+# packages such as python3-venv, and the stand-in dkms and kernel headers a Debian archive
+# offers for the node's kernel; tests/harness/standin_repo/build.sh): the roles install what
+# they need from it through apt, as on a real node.
 python -m tests.harness.lab up --nodes "$nodes"
-
-say "SIMULATION: stand in for the nodes' distribution archive (dkms, linux-headers, python3-venv)"
-# A real Debian node gets dkms and linux-headers-$(uname -r) from its distribution archive;
-# the simulated nodes have none, and the stand-in repository carries both in its CUDA folder,
-# which the roles configure only after DOCA needs them. molecule/gds_nvfs/prepare.yml installs
-# the two stand-in packages directly and configures the stand-in distribution archive (real
-# Debian packages; gdsfleet.gds.verify_runtime installs python3-venv from it) as the nodes'
-# APT source (test harness only; the rollout itself is unchanged).
-mkdir -p .lab
-prepare_args=("${repo_args[@]}")
-if [ "$repo_port" != 8470 ]; then
-  prepare_args+=(-e "__standin=http://127.0.0.1:$repo_port/cuda/repos/debian12/x86_64")
-fi
-if ! ansible-playbook -i inventories/lab "${limit_args[@]}" "${prepare_args[@]}" \
-    molecule/gds_nvfs/prepare.yml >.lab/prepare.log 2>&1; then
-  echo "lab.sh: the prepare step failed; the end of .lab/prepare.log:" >&2
-  tail -n 25 .lab/prepare.log >&2
-  exit 1
-fi
 
 ledger="$root/.lab/ledger.sqlite"
 say "plan (changes nothing)"

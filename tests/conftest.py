@@ -7,7 +7,10 @@ SLOW_SECONDS has a docstring with a line starting ``Slow:`` that says what the t
 slowest tests in docs/testing.md, which says why. The end of the run lists the tests over the
 limit without either (a warning, not a failure: timings on loaded CI machines vary).
 ``GDSFLEET_TEST_DURATIONS=<file>`` also appends every test phase's duration there as JSON lines
-(nodeid, phase, seconds, worker), as each test finishes, whatever the xdist worker.
+(nodeid, phase, seconds, worker), as each test finishes, whatever the xdist worker, with the
+phase's CPU-seconds (``cpu``: user + sys of the worker and of the child processes it reaped in
+the phase; a simulated node's own processes are podman's, not counted): on a CPU-bound run the
+CPU, not the seconds, says what a test costs everyone else.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import resource
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -82,10 +87,46 @@ def slow_reason(obj: object) -> str | None:
     return None
 
 
+_CPU_SPENT = pytest.StashKey[float]()
+
+
+def _cpu_s() -> float:
+    own, reaped = (resource.getrusage(who)
+                   for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+def _cpu_of_phase(item: pytest.Item) -> Generator[None, object, object]:
+    start = _cpu_s()
+    try:
+        return (yield)
+    finally:
+        item.stash[_CPU_SPENT] = _cpu_s() - start
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _cpu_of_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _cpu_of_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _cpu_of_phase(item))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> object:
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if os.environ.get("GDSFLEET_TEST_DURATIONS") and _CPU_SPENT in item.stash:
+        # the phase's CPU travels with the report to the xdist controller, which writes it
+        spent: float = item.stash[_CPU_SPENT]
+        report.user_properties.append(("cpu", round(spent, 2)))
     if call.when == "call" and call.duration > SLOW_SECONDS \
             and slow_reason(getattr(item, "obj", None)) is None \
             and item.nodeid.split("[", 1)[0] not in documented_slow_tests():
@@ -101,6 +142,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     gateway = getattr(getattr(report, "node", None), "gateway", None)
     line = {"nodeid": report.nodeid, "when": report.when, "seconds": round(report.duration, 2),
             "outcome": report.outcome, "worker": getattr(gateway, "id", None)}
+    cpu = dict(report.user_properties).get("cpu")
+    if cpu is not None:
+        line["cpu"] = cpu
     if report.failed:  # what failed, as the run goes (the tracebacks come at the end)
         lines = [ln for ln in report.longreprtext.splitlines() if ln.startswith("E ")]
         line["error"] = (lines[0] if lines else report.longreprtext[-300:])[:300]

@@ -388,7 +388,20 @@ def test_kill_9_mid_wave_then_resume(big: Ctl) -> None:
             return None
 
         _wait(wave1_provisioning, 600, "the canary done and wave 1 provisioning")
-        time.sleep(2)  # well inside wave 1's playbook run
+
+        def wave1_at_work() -> bool:
+            # inside wave 1's playbook run: a task done on each of its two nodes, by this
+            # process (the events log), not a fixed wait after their step was written
+            text = big.events.read_text() if big.events.exists() else ""
+            # complete lines only (the running rollout appends as this reads)
+            lines = text[:text.rfind("\n") + 1].splitlines()
+            mine = [e for e in (json.loads(x) for x in lines if x.strip())
+                    if e["pid"] == proc.pid and e["wave"] == 1]
+            hosts = {e["host"] for e in mine if e["event"] == "start"}
+            done = {e["host"] for e in mine if e["event"].startswith("runner_on_")}
+            return len(hosts) == 2 and hosts <= done
+
+        _wait(wave1_at_work, 600, "a task done on each node of wave 1")
     finally:
         proc.send_signal(signal.SIGKILL)
         out = proc.communicate()[0]

@@ -105,8 +105,8 @@ def runs(
                   "rm -rf /var/lib/apt/lists/* && apt-get update -qq")
 
     def headers_installed(node: SimNode) -> None:
-        # Headers as the distribution archive would provide them (TEST HARNESS, like
-        # molecule/gds_nvfs/prepare.yml); the sources list is removed again afterwards.
+        # Headers installed as from the distribution archive (TEST HARNESS: this node has
+        # no distribution source); the sources list is removed again afterwards.
         node.install_repo(standin_repo, doca=False)
         node.apt_install("dkms", f"linux-headers-{kernel}")
         node.exec("rm -f /etc/apt/sources.list.d/gdsfleet-test.list && "

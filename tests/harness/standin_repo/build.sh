@@ -11,7 +11,8 @@
 #                                      wheels (tests/harness/standin_wheels/build_wheels.py)
 #   debian/bookworm/                   flat repo standing in for the nodes' distribution
 #                                      archive: the REAL Debian 12 python3-venv packages
-#                                      (apt-get download), signed with a throw-away key;
+#                                      (apt-get download), plus the stand-in dkms and the
+#                                      running kernel's headers, signed with a throw-away key;
 #                                      debian/archive-key.asc
 # Cached: skips the build when its inputs (these scripts, payload/, kernel) are unchanged. The
 # repository does not depend on the port it is served on (test runs serve it on a port of their
@@ -93,6 +94,14 @@ for pin in $deb_pins; do
   f=$(ls "$debcache/${p}_${v//:/%3a}_"*.deb 2>/dev/null | head -n1 || true)
   if [ -z "$f" ]; then (cd "$debcache" && apt-get download -qq -o APT::Sandbox::User=root "$pin" >/dev/null); fi
   cp "$debcache/${p}_${v//:/%3a}_"*.deb "$debian_dir/"
+done
+# ... and what a Debian node's archive also offers for the node's kernel: dkms (Debian's main;
+# DOCA's mlnx-*-dkms packages depend on it) and the running kernel's headers with their
+# linux-headers-amd64 meta package (dkms recommends it), as the same stand-in packages the CUDA
+# folder carries. So the roles install them through apt from the node's distribution source,
+# as on a real node, and the lab needs no harness step that installs them first.
+for f in "dkms_" "linux-headers-${kernel}_" "linux-headers-amd64_"; do
+  cp "$cuda_dir/$f"*.deb "$debian_dir/"
 done
 gpg --batch --armor --export "$debian_key" > "$new/debian/archive-key.asc"
 

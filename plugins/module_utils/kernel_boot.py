@@ -303,7 +303,7 @@ def package_manager_pid(proc_root: str = "/proc", start: int | None = None) -> i
     or None when the hook was not run by one."""
     pid = os.getppid() if start is None else start
     found = None
-    for _ in range(64):
+    for _hop in range(64):
         st = _stat(proc_root, pid)
         if st is None:
             break
@@ -332,4 +332,3 @@ def regate_after(pid: int, argv: list[str], *, tries: int = 360,
         return False, f"could not schedule the gate after process {pid}: {exc}"
     return True, (f"gates again with protection once the package manager (process {pid}) has "
                   "exited")
-

@@ -215,7 +215,7 @@ def read_symvers(path: str) -> dict[str, int] | None:
     """A kernel's Module.symvers (``0x<crc> <symbol> <module> <export kind> [namespace]``,
     tab-separated; .gz, .xz or plain), symbol -> CRC; None when the file is missing."""
     table = symvers_exports(path)
-    return None if table is None else {sym: crc for sym, (crc, _, _) in table.items()}
+    return None if table is None else {sym: entry[0] for sym, entry in table.items()}
 
 
 def symvers_exports(path: str) -> dict[str, tuple[int, str, str]] | None:

@@ -155,9 +155,10 @@ def gpl_export_result(symbol: str, kind: str, path: str, kernel: str) -> dict:
                        "EXPORT_SYMBOL_GPL (NV-Kernels #10 changed the linux-nvidia kernels'; "
                        "ask the driver's vendor for a fixed DOCA-OFED mlnx-nvme), or boot a "
                        "kernel older than 6.6")
-    return _result(check, True, text.replace(": since Linux", f"; kernel {kernel} is older than "
-                   "6.6, where the rule is upstream's (stable backports, e.g. 6.1 and 6.5, "
-                   "carry it too, so this may still not register): since Linux", 1))
+    note = (f"; kernel {kernel} is older than 6.6, where the rule is upstream's (stable "
+            "backports, e.g. 6.1 and 6.5, carry it too, so this may still not register): "
+            "since Linux")
+    return _result(check, True, text.replace(": since Linux", note, 1))
 
 
 def headers_package(kernel: str, family: str) -> str:
@@ -289,8 +290,8 @@ def _builtin_nvme(kernel: str, mdir: str, boot_dir: str) -> tuple[str, dict[str,
     for path in _symvers_paths(kernel, mdir, boot_dir):
         table = symvers_exports(path)
         if table is not None:
-            kinds = {sym: kind for sym, (_, owner, kind) in table.items()
-                     if NVME_SYMBOL_RE.fullmatch(sym) and owner == "vmlinux"}
+            kinds = {sym: entry[2] for sym, entry in table.items()
+                     if NVME_SYMBOL_RE.fullmatch(sym) and entry[1] == "vmlinux"}
             return (f"{kernel}'s built-in nvme ({path})", kinds) if kinds else None
     return None
 

@@ -131,7 +131,7 @@ def line_direct(e: Mapping[str, Any], driver: Mapping[str, str]) -> tuple[bool, 
     """(a line of this filesystem names one of its direct modes, what gdscheck says)."""
     seen = lines_of(e, driver)
     wanted = set(e["direct_tokens"])
-    ok = any(wanted & set(mode_tokens(v)) for _, v in seen)
+    ok = any(wanted & set(mode_tokens(pair[1])) for pair in seen)
     shown = "; ".join(f"{n} : {v}" for n, v in seen) or (
         " / ".join(e["gdscheck_lines"]) + " : absent")
     return ok, shown
@@ -341,7 +341,7 @@ def prerequisites(fstype: str, options: Iterable[str], driver: Mapping[str, str]
             if e["route"] == "p2pdma":
                 missing += _p2pdma_keys(e, node)
         if e["rdma"] == "userspace":
-            tokens = {t for _, v in lines_of(e, driver) for t in mode_tokens(v)}
+            tokens = {t for pair in lines_of(e, driver) for t in mode_tokens(pair[1])}
             if not tokens & USERSPACE_TOKENS:
                 missing += _userspace(e, rdma_state(driver), node)
     if driver is not None or operator:

@@ -159,9 +159,10 @@ def one_line(text: object, limit: int = 500) -> str:
 
 
 def installed(kernel: str, modules_root: str = "/lib/modules", boot_dir: str = "/boot") -> bool:
-    """Is anything of ``kernel`` on the node (its modules folder or its image)?"""
-    return (os.path.isdir(os.path.join(modules_root, kernel))
-            or os.path.exists(os.path.join(boot_dir, f"vmlinuz-{kernel}")))
+    """Is ``kernel`` installed: its image, or the modules.order its package ships? A modules
+    folder alone is not: DKMS and driver packages leave theirs for kernels long removed."""
+    return (os.path.exists(os.path.join(boot_dir, f"vmlinuz-{kernel}"))
+            or os.path.exists(os.path.join(modules_root, kernel, "modules.order")))
 
 
 def showhold(module: AnsibleModule) -> set[str] | None:

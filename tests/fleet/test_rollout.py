@@ -280,7 +280,9 @@ def test_lab_followups_and_readme_commands_agree_on_one_ledger(big: Ctl) -> None
     for cmd in ("verify", "status", "history", "report"):
         assert out[cmd].stdout.splitlines()[0] == shown, _explain(out[cmd])
     env_lines = out["export"].stdout.splitlines()
-    assert env_lines[0].startswith(f"# gdsfleet: {first}: direct path proven at ")
+    # a lab node is marked simulated wherever it is named (issue 47)
+    assert env_lines[0].startswith(f"# gdsfleet: {first}: SIMULATED node "), env_lines[0]
+    assert "direct path proven at " in env_lines[0], env_lines[0]
     assert env_lines[0].endswith(f"; {shown}")
     # and they agree: the reconcile only verified, every node compliant and simulated
     n = len(names)

@@ -367,6 +367,8 @@ def load_module(name: str, args: dict[str, str] | None = None) -> tuple[int, str
         if secure_boot_blocks():
             return 1, rejected
         _mkmod(name, "1.0")
+        if os.path.isdir(NVFS_PROC):  # a loaded nvidia-fs registers it at its next open
+            write_in_place(NVFS_PROC + "/modules", "nvme: 1.0\n")
         return 0, ""
     if name in AVAILABLE_MODULES:
         if name == "nvme_core":

@@ -798,6 +798,10 @@ def nvfs_route_usable() -> tuple[bool, str]:
         return False, "GPU driver is not the open kernel module"
     if not module_loaded("nvidia_fs"):
         return False, "nvidia-fs driver is not loaded"
+    if os.path.isdir(NVFS_PROC):
+        # nvidia-fs probes its storage modules at every open (src/nvfs-core.c nvfs_open): a GDS
+        # nvme that came after nvidia-fs loaded (the operator's driver container) is listed now
+        write_in_place(NVFS_PROC + "/modules", "nvme: 1.0\n" if patched_nvme() else "")
     if not kallsyms_has(nvfs_wanted_name()):
         return False, "NVMe Driver not registered with nvidia-fs"
     return True, "nvfs"

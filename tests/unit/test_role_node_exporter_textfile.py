@@ -7,8 +7,6 @@ that prometheus_client's parser reads, and a second run must carry the node's dr
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -17,32 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.unit.rolerun import play_role, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 
 
 def _play(tmp: Path, variables: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
-    play = tmp / "play.yml"
-    play.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "roles": [{"role": "node_exporter_textfile"}],
-    }]))
-    extra = tmp / "vars.json"
-    extra.write_text(json.dumps(variables))
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", f"@{extra}", *flags], capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
+    return play_role("node_exporter_textfile", tmp, variables, *flags)
 
 
-def _recap(out: str) -> dict[str, int]:
-    line = next(ln for ln in out.splitlines() if ln.startswith("localhost") and "ok=" in ln)
-    return {k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
+_recap = recap
 
 
 @pytest.fixture(scope="module")

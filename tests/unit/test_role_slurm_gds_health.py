@@ -7,15 +7,15 @@ tests/molecule/test_slurm_prometheus_lab.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.rolerun import play_role, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -25,24 +25,10 @@ REGRESSION = "attest.kernel: kernel 6.1.0-18-amd64 -> 6.1.0-21-amd64; fix: provi
 
 
 def _play(tmp: Path, variables: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
-    play = tmp / "play.yml"
-    play.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "roles": [{"role": "slurm_gds_health"}],
-    }]))
-    extra = tmp / "vars.json"
-    extra.write_text(json.dumps(variables))
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", f"@{extra}", *flags], capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
+    return play_role("slurm_gds_health", tmp, variables, *flags)
 
 
-def _recap(out: str) -> dict[str, int]:
-    line = next(ln for ln in out.splitlines() if ln.startswith("localhost") and "ok=" in ln)
-    return {k: int(v) for k, v in (p.split("=") for p in line.split()[2:])}
+_recap = recap
 
 
 def _vars(tmp: Path, **more: Any) -> dict[str, Any]:
